@@ -40,6 +40,7 @@ __all__ = [
     "green_pairs",
     "green_rows",
     "green_reference",
+    "hash_value_reference",
 ]
 
 HASH_SCHEME = "lrdwm-splitmix64-v1"
@@ -220,12 +221,19 @@ def _fmix_py(z: int) -> int:
     return z ^ (z >> 31)
 
 
+def hash_value_reference(key: int, context: int, candidate: int) -> int:
+    """Plain-Python 53-bit value ``fmix(seed(key, context) ^ cand_word(candidate)) >> 11``.
+
+    ``green(key, c, v)`` is ``hash_value_reference(key, c, v) < round(gamma * 2**53)``.
+    """
+    seed = _fmix_py((key & _MASK64) ^ _fmix_py((context + 1) * _CTX_MUL))
+    return _fmix_py(seed ^ _fmix_py((candidate + 1) * _CAND_MUL)) >> _SHIFT
+
+
 def green_reference(key: int, context: int, candidate: int, gamma: float) -> bool:
     """Plain-Python ``green(key, context, candidate)``; the specification the torch code must match.
 
     >>> green_reference(0x0123456789ABCDEF, 42, 1000, 0.5) in (True, False)
     True
     """
-    seed = _fmix_py((key & _MASK64) ^ _fmix_py((context + 1) * _CTX_MUL))
-    z = _fmix_py(seed ^ _fmix_py((candidate + 1) * _CAND_MUL))
-    return (z >> _SHIFT) < green_threshold(gamma)
+    return hash_value_reference(key, context, candidate) < green_threshold(gamma)

@@ -122,7 +122,10 @@ class LRDWMLogitsProcessor:
         for start in range(0, len(missing), _ROW_CHUNK):
             chunk = missing[start : start + _ROW_CHUNK]
             rows = green_rows(
-                key, torch.tensor(chunk, dtype=torch.int64, device=device), self.config.gamma, cand_words=words
+                key,
+                torch.tensor(chunk, dtype=torch.int64, device=device),
+                self.config.gamma,
+                cand_words=words,
             )
             self.rows_hashed += len(chunk)
             for ctx, row in zip(chunk, rows.unbind(0), strict=True):
@@ -158,13 +161,15 @@ class LRDWMLogitsProcessor:
             raise TypeError(f"`input_ids` must hold integer token ids, got dtype {input_ids.dtype}")
         if scores.dim() != 3:
             raise ValueError(
-                f"`scores` must be logits for every canvas position [B, L, V], got shape {tuple(scores.shape)}"
+                "`scores` must be logits for every canvas position [B, L, V], "
+                f"got shape {tuple(scores.shape)}"
             )
         if not scores.dtype.is_floating_point:
             raise TypeError(f"`scores` must be floating point, got dtype {scores.dtype}")
         if tuple(scores.shape[:2]) != tuple(input_ids.shape):
             raise ValueError(
-                f"`scores` shape {tuple(scores.shape)} does not match `input_ids` shape {tuple(input_ids.shape)}"
+                f"`scores` shape {tuple(scores.shape)} does not match "
+                f"`input_ids` shape {tuple(input_ids.shape)}"
             )
         if scores.shape[-1] != self.vocab_size:
             raise ValueError(

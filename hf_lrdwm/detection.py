@@ -11,6 +11,7 @@ gamma 0.5) or calibrated on human text. See ``docs/how-it-works.md``.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from collections.abc import Iterable, Sequence
@@ -29,6 +30,8 @@ __all__ = ["LRDWMDetector", "DetectionOutput", "Calibration", "KeyHealth"]
 logger = logging.getLogger(__name__)
 
 _STATISTICS = ("binomial", "paper")
+# Integer dtypes whose values all fit in int64 and whose tensors skip the round trip through lists.
+_FAST_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
 @dataclass
@@ -247,12 +250,14 @@ class LRDWMDetector:
     # ------------------------------------------------------------------------------------------
     def _tokenize(self, texts: list[str]) -> list[list[int]]:
         if self.tokenizer is None:
-            raise ValueError("text input needs a tokenizer: pass `tokenizer=` to LRDWMDetector, or give token ids")
+            raise ValueError(
+                "text input needs a tokenizer: pass `tokenizer=` to LRDWMDetector, or give token ids"
+            )
         enc = self.tokenizer(texts, add_special_tokens=False)
         return [list(ids) for ids in enc["input_ids"]]
 
     def _to_id_lists(self, inputs: Any) -> tuple[list[list[int]], bool]:
-        """Normalise the accepted input types to a list of id lists; also report if input was a single item."""
+        """Normalise the accepted input types to a list of id lists; also report if the input was one item."""
         if isinstance(inputs, str):
             return self._tokenize([inputs]), True
         if isinstance(inputs, np.ndarray):
@@ -279,6 +284,8 @@ class LRDWMDetector:
                     if arr.ndim != 1 or arr.dtype.kind not in "iu":
                         raise TypeError(f"input {n} must be a 1-D integer array of token ids")
                     seqs.append([int(x) for x in arr.tolist()])
+                elif isinstance(item, (list, tuple)) and set(map(type, item)) <= {int}:
+                    seqs.append(list(item))  # plain ints (the common case), checked at C speed
                 elif isinstance(item, (list, tuple)) and all(
                     isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in item
                 ):
@@ -294,6 +301,46 @@ class LRDWMDetector:
             f"lists, got {type(inputs).__name__}"
         )
 
+    def _to_flat(self, inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The inputs as one flat int64 CPU tensor of ids and an int64 tensor of per-input lengths.
+
+        Same inputs, errors and ids as :meth:`_to_id_lists`, but 1-D/2-D integer tensors and arrays are
+        reshaped without a round trip through Python lists, and id lists are packed with numpy.
+        """
+        t = inputs
+        if isinstance(t, np.ndarray) and t.dtype in (np.int64, np.int32, np.int16, np.int8, np.uint8):
+            t = torch.from_numpy(t)
+        if isinstance(t, torch.Tensor) and t.dtype in _FAST_DTYPES and t.dim() in (1, 2):
+            ids = t.detach().to(device="cpu", dtype=torch.int64).reshape(-1)
+            if t.dim() == 1:
+                return ids, torch.tensor([t.shape[0]], dtype=torch.int64)
+            return ids, torch.full((t.shape[0],), t.shape[1], dtype=torch.int64)
+        seqs, _single = self._to_id_lists(inputs)
+        return self._pack(seqs)
+
+    def _pack(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Id lists -> (flat int64 tensor, lengths); ids that do not fit int64 raise ``_check_ids``' error."""
+        lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+        total = int(lengths.sum())
+        try:
+            flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=total)
+        except OverflowError:
+            self._check_ids(seqs)  # raises the ValueError for ids < 0 or too large
+            raise
+        return torch.from_numpy(flat), torch.from_numpy(lengths)
+
+    def _check_flat(self, ids: torch.Tensor) -> None:
+        """:meth:`_check_ids` on a flat int64 tensor (same checks, same messages)."""
+        if ids.numel() == 0:
+            return
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0:
+            raise ValueError(f"token ids must be >= 0, got {lo}")
+        if self.vocab_size is not None and hi >= self.vocab_size:
+            raise ValueError(f"token id {hi} is outside the vocabulary (vocab_size={self.vocab_size})")
+        if hi >= 1 << 40:
+            raise ValueError(f"token id {hi} is too large to be a token id")
+
     def _check_ids(self, seqs: list[list[int]]) -> None:
         lo = min((min(s) for s in seqs if s), default=0)
         hi = max((max(s) for s in seqs if s), default=0)
@@ -307,29 +354,37 @@ class LRDWMDetector:
     # ------------------------------------------------------------------------------------------
     # Core: events and counts (vectorised over the whole batch)
     # ------------------------------------------------------------------------------------------
-    def _events(
-        self, seqs: list[list[int]], prompt_ids: list[list[int]] | None
-    ) -> dict[str, Any]:
+    def _events(self, seqs: list[list[int]], prompt_ids: list[list[int]] | None) -> dict[str, Any]:
         """Green counts and per-token scores for a batch of id lists."""
-        B = len(seqs)
-        prefix = [0] * B
-        flat_parts: list[list[int]] = []
-        for b, s in enumerate(seqs):
-            if prompt_ids is not None and prompt_ids[b]:
-                flat_parts.append([prompt_ids[b][-1]] + s)
-                prefix[b] = 1
-            else:
-                flat_parts.append(s)
-        lengths = torch.tensor([len(p) for p in flat_parts], dtype=torch.int64)
-        total = int(lengths.sum())
-        ids = torch.tensor([t for p in flat_parts for t in p], dtype=torch.int64)
+        ids, lengths = self._pack(seqs)
+        return self._events_flat(ids, lengths, prompt_ids)
+
+    def _events_flat(
+        self, ids: torch.Tensor, lengths: torch.Tensor, prompt_ids: list[list[int]] | None
+    ) -> dict[str, Any]:
+        """:meth:`_events` on a flat int64 tensor of ids and the per-input lengths (see :meth:`_to_flat`)."""
+        B = int(lengths.numel())
+        pre = torch.zeros(B, dtype=torch.bool)
+        if prompt_ids is not None:
+            pre = torch.tensor([bool(p) for p in prompt_ids], dtype=torch.bool)
+        if pre.any():
+            # put each prompt's last token in front of its input (context only)
+            last = torch.tensor([p[-1] for p in prompt_ids if p], dtype=torch.int64)
+            lengths = lengths + pre
+            at = (torch.cumsum(lengths, 0) - lengths)[pre]
+            keep = torch.ones(int(lengths.sum()), dtype=torch.bool)
+            keep[at] = False
+            flat = torch.empty(keep.shape[0], dtype=torch.int64)
+            flat[keep] = ids
+            flat[at] = last
+            ids = flat
+        total = int(ids.numel())
         seq_of = torch.repeat_interleave(torch.arange(B), lengths)
         usable = torch.ones(total, dtype=torch.bool)
         if self.ignore_token_ids and total:
             usable &= ~torch.isin(ids, torch.tensor(self.ignore_token_ids, dtype=torch.int64))
         scorable = usable.clone()
         starts = torch.cumsum(lengths, 0) - lengths
-        pre = torch.tensor(prefix, dtype=torch.bool)
         if pre.any():
             scorable[starts[pre]] = False  # the prompt's last token: context only
         gamma = self._gamma
@@ -369,10 +424,19 @@ class LRDWMDetector:
                 event_count += n
         scored = tok_nb > 0
         tok_score[~scored] = float("nan")
-        tokens_scored = torch.bincount(seq_of[scored], minlength=B) if total else torch.zeros(B, dtype=torch.int64)
-        token_scores = []
-        for b, arr in enumerate(torch.split(tok_score, lengths.tolist())):
-            token_scores.append(arr[prefix[b] :].numpy().copy())
+        tokens_scored = (
+            torch.bincount(seq_of[scored], minlength=B) if total else torch.zeros(B, dtype=torch.int64)
+        )
+        flat_scores = tok_score.numpy()
+        token_scores = [
+            flat_scores[a + p : a + n].copy()
+            for a, p, n in zip(starts.tolist(), pre.tolist(), lengths.tolist(), strict=True)
+        ]
+        if B and bool((lengths == lengths[0]).all()) and bool((pre == pre[0]).all()):
+            # rectangular batch: one row-wise nansum (same pairwise sums as one nansum per row)
+            raw_sum = np.nansum(flat_scores.reshape(B, -1)[:, int(pre[0]) :], axis=1)
+        else:
+            raw_sum = np.array([np.nansum(a) for a in token_scores]) if B else np.zeros(0)
         return {
             "green": green_count.numpy(),
             "events": event_count.numpy(),
@@ -380,10 +444,12 @@ class LRDWMDetector:
             "side_events": side_events.numpy(),
             "tokens_scored": tokens_scored.numpy(),
             "token_scores": token_scores,
-            "raw_sum": np.array([np.nansum(a) for a in token_scores]) if B else np.zeros(0),
+            "raw_sum": raw_sum,
         }
 
-    def _statistics(self, ev: dict[str, Any], fpr: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None]:
+    def _statistics(
+        self, ev: dict[str, Any], fpr: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None]:
         g = ev["green"].astype(np.float64)
         n = ev["events"].astype(np.float64)
         gamma = self._gamma
@@ -433,18 +499,17 @@ class LRDWMDetector:
             :class:`DetectionOutput` with one entry per input.
         """
         fpr = self.fpr if fpr is None else _check_fpr(fpr)
-        seqs, _single = self._to_id_lists(inputs)
-        prompts = _normalise_prompts(prompt_ids, len(seqs))
-        if seqs:
-            self._check_ids(seqs)
+        ids, lengths = self._to_flat(inputs)
+        prompts = _normalise_prompts(prompt_ids, int(lengths.numel()))
+        if lengths.numel():
+            self._check_flat(ids)
             if prompts is not None:
                 self._check_ids([p for p in prompts if p])
-        ev = self._events(seqs, prompts)
+        ev = self._events_flat(ids, lengths, prompts)
         z, p, pred, threshold = self._statistics(ev, fpr)
         reasons: list[str | None] = []
-        for b, s in enumerate(seqs):
-            n_tok = int(ev["tokens_scored"][b])
-            if len(s) == 0:
+        for length, n_tok in zip(lengths.tolist(), ev["tokens_scored"].tolist(), strict=True):
+            if length == 0:
                 reasons.append("empty input: nothing to score")
             elif n_tok < self.min_tokens:
                 reasons.append(f"too few tokens scored ({n_tok} < min_tokens={self.min_tokens})")
@@ -502,7 +567,9 @@ class LRDWMDetector:
         g, n = self._null_counts(human_inputs, batch_size)
         m = len(n)
         if m < 10:
-            raise ValueError(f"calibration needs at least 10 human texts with >= min_tokens scored tokens, got {m}")
+            raise ValueError(
+                f"calibration needs at least 10 human texts with >= min_tokens scored tokens, got {m}"
+            )
         mean = float(g.sum() / n.sum())
         var = float(np.mean((g - mean * n) ** 2 / n))
         z = np.sort((g - mean * n) / np.sqrt(var * n))
@@ -606,7 +673,9 @@ def _normalise_prompts(prompt_ids: Any, batch: int) -> list[list[int]] | None:
     if isinstance(prompt_ids, torch.Tensor | np.ndarray):
         prompt_ids = prompt_ids.tolist()
     if not isinstance(prompt_ids, (list, tuple)):
-        raise TypeError(f"`prompt_ids` must be a list of ids or a list of id lists, got {type(prompt_ids).__name__}")
+        raise TypeError(
+            f"`prompt_ids` must be a list of ids or a list of id lists, got {type(prompt_ids).__name__}"
+        )
     if all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in prompt_ids):
         return [[int(x) for x in prompt_ids]] * batch
     if len(prompt_ids) != batch:
@@ -615,7 +684,9 @@ def _normalise_prompts(prompt_ids: Any, batch: int) -> list[list[int]] | None:
     for n, p in enumerate(prompt_ids):
         if isinstance(p, torch.Tensor | np.ndarray):
             p = p.tolist()
-        if not isinstance(p, (list, tuple)) or not all(isinstance(x, int) and not isinstance(x, bool) for x in p):
+        if not isinstance(p, (list, tuple)) or not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in p
+        ):
             raise TypeError(f"prompt {n} must be a list of token ids")
         out.append(list(p))
     return out

@@ -20,6 +20,28 @@ from .processor import LRDWMLogitsProcessor  # noqa: E402
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
+# The transformers-facing parts are imported on first use, so that `import hf_lrdwm` for the hash,
+# processor and detector needs only torch.
+_LAZY = {
+    "load_model": ("hf_lrdwm.models", "load_model"),
+    "tiny_model": ("hf_lrdwm.models", "tiny_model"),
+    "patch": ("hf_lrdwm.generation", "patch"),
+    "attach_diffusion_generate": ("hf_lrdwm.generation", "attach_diffusion_generate"),
+    "DiffusionGenerationOutput": ("hf_lrdwm.generation", "DiffusionGenerationOutput"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'hf_lrdwm' has no attribute {name!r}")
+
+
 __all__ = [
     "__version__",
     "LRDWMConfig",
@@ -33,4 +55,9 @@ __all__ = [
     "green_pairs",
     "green_rows",
     "green_reference",
+    "load_model",
+    "tiny_model",
+    "patch",
+    "attach_diffusion_generate",
+    "DiffusionGenerationOutput",
 ]

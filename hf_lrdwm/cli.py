@@ -1,5 +1,8 @@
 """The ``hf-lrdwm`` command line.
 
+``hf-lrdwm generate``: generate from prompts with a LLaDA or Dream checkpoint, watermarked, and write one
+JSON line per prompt (text, ids and the detector's verdict), in order.
+
 ``hf-lrdwm detect``: score texts or token ids from a JSON-lines / text file (or stdin) and write one JSON
 line of results per input, in order.
 
@@ -17,6 +20,7 @@ removed from any error message.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -26,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, NoReturn, TypeVar
 
-__all__ = ["main", "build_parser", "cmd_detect", "CLIError", "KEY_ENV"]
+__all__ = ["main", "build_parser", "cmd_detect", "cmd_generate", "cmd_quickstart", "CLIError", "KEY_ENV"]
 
 PROG = "hf-lrdwm"
 KEY_ENV = "HF_LRDWM_KEY"
@@ -160,8 +164,285 @@ def _add_detect_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_detect)
 
 
+def _add_quickstart_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "quickstart",
+        help="generate with and without the watermark on built-in tiny models, then detect (offline)",
+        description=(
+            "Generate with the LLaDA and Dream samplers, with and without LR-DWM, on built-in tiny "
+            "models with random weights (no downloads), and detect the watermark in each output."
+        ),
+    )
+    p.add_argument("--gen-length", type=_positive_int, default=64, help="tokens per generation (default 64)")
+    p.add_argument("--delta", type=float, default=2.0, help="watermark strength (default 2.0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights, prompts and sampling")
+    p.add_argument(
+        "--sampler", choices=["both", "llada", "dream"], default="both", help="which samplers to run"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_quickstart)
+
+
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    """Run :func:`hf_lrdwm.quickstart.run_quickstart` and print its table."""
+    from .quickstart import REAL_MODEL_COMMANDS, format_table, run_quickstart
+
+    families = ("llada", "dream") if args.sampler == "both" else (args.sampler,)
+    out = sys.stdout
+    out.write(
+        "hf-lrdwm quickstart: LR-DWM on built-in TINY models with RANDOM weights (real LLaDA / Dream\n"
+        "vocabularies and special ids). Their text is gibberish; the mechanism is the point: the\n"
+        "watermarked rows are detected, the vanilla rows are not.\n\n"
+    )
+    out.flush()
+    rows = run_quickstart(
+        delta=args.delta,
+        gen_length=args.gen_length,
+        seed=args.seed,
+        families=families,
+        progress=not args.no_progress and sys.stderr.isatty(),
+    )
+    out.write(format_table(rows) + "\n\n")
+    out.write("On a GPU with the real models (set HF_LRDWM_KEY to your secret first):\n")
+    for command in REAL_MODEL_COMMANDS:
+        out.write(f"  {command}\n")
+    out.flush()
+    return 0
+
+
+# Sampler options of `generate`: (dest, families it applies to). Their argparse default is None so that
+# an option given for the other family is an error; the family defaults are in _GENERATE_DEFAULTS.
+_SAMPLER_OPTIONS: dict[str, tuple[str, ...]] = {
+    "steps": ("llada", "dream"),
+    "temperature": ("llada", "dream"),
+    "gen_length": ("llada",),
+    "block_length": ("llada",),
+    "cfg_scale": ("llada",),
+    "remasking": ("llada",),
+    "max_new_tokens": ("dream",),
+    "top_p": ("dream",),
+    "top_k": ("dream",),
+    "alg": ("dream",),
+    "alg_temp": ("dream",),
+    "eps": ("dream",),
+}
+_GENERATE_DEFAULTS: dict[str, dict[str, Any]] = {
+    # LLaDA's official generate() defaults; block_length None = gen_length (one block).
+    "llada": {
+        "steps": 128,
+        "gen_length": 128,
+        "block_length": None,
+        "temperature": 0.0,
+        "cfg_scale": 0.0,
+        "remasking": "low_confidence",
+    },
+    # Dream's own defaults, except steps (Dream: 512) and max_new_tokens (Dream: none; it is required).
+    "dream": {
+        "steps": 128,
+        "max_new_tokens": 128,
+        "temperature": 0.0,
+        "top_p": None,
+        "top_k": None,
+        "alg": "origin",
+        "alg_temp": None,
+        "eps": 1e-3,
+    },
+}
+_FAMILY_NAMES = {"llada": "LLaDA", "dream": "Dream"}
+_DTYPES = ("float32", "bfloat16", "float16", "auto")
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
+    if not value >= 0.0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def _unit_float(text: str) -> float:
+    """A number in (0, 1] (top-p)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
+    return value
+
+
+def _eps(text: str) -> float:
+    """A number in [0, 1) (Dream's last time step)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}")
+    return value
+
+
+def _add_generate_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "generate",
+        help="generate with a LLaDA or Dream checkpoint, with the watermark, and detect it",
+        description=(
+            "Generate text from prompts with a LLaDA or Dream checkpoint (Hub id or local directory), "
+            "watermarked with LR-DWM unless --no-watermark, and score each output with the detector. "
+            "Writes one JSON object per prompt, in input order: prompt, text (the generated part, "
+            "special tokens removed), token_ids (all generated ids), watermarked, detection (null with "
+            "--no-watermark and no key)."
+        ),
+        epilog=(
+            "Sampler defaults: LLaDA --steps 128 --gen-length 128 --block-length = --gen-length "
+            "--temperature 0 --cfg-scale 0 --remasking low_confidence (LLaDA's generate() defaults); "
+            "Dream --steps 128 --max-new-tokens 128 --temperature 0 --alg origin --eps 0.001 (Dream's "
+            "defaults, except steps: Dream's is 512). Options of the other family are refused. "
+            "Batches (--batch-size > 1) are left-padded with an attention mask, which both samplers "
+            "support (a deterministic setting gives the same tokens as one prompt at a time). With random "
+            "draws (temperature > 0, or Dream's default --alg origin) an output then also depends on the "
+            "other prompts of its batch, so keep --batch-size 1 (the default) for outputs that depend only "
+            "on the prompt and --seed."
+        ),
+    )
+    model = p.add_argument_group("model")
+    model.add_argument(
+        "--model",
+        "-m",
+        required=True,
+        metavar="NAME_OR_DIR",
+        help="LLaDA or Dream checkpoint (Hub id or dir)",
+    )
+    model.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="NAME_OR_DIR",
+        help="tokenizer to use instead of the checkpoint's own (needed when the checkpoint has none)",
+    )
+    model.add_argument(
+        "--device",
+        default=None,
+        metavar="DEVICE",
+        help="cpu, cuda, cuda:1, mps, ... (default: cuda if available, else cpu)",
+    )
+    model.add_argument(
+        "--dtype", choices=_DTYPES, default=None, help="parameter dtype (default: the checkpoint's own)"
+    )
+    model.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the checkpoint's own modeling code (default: transformers' Llama / Qwen2 classes)",
+    )
+    io_group = p.add_argument_group("input / output")
+    prompts = io_group.add_mutually_exclusive_group(required=True)
+    prompts.add_argument(
+        "--prompt", "-p", action="append", default=None, metavar="TEXT", help="a prompt (repeatable)"
+    )
+    prompts.add_argument(
+        "--input", "-i", default=None, metavar="FILE", help="JSON-lines file of prompts, or '-' for stdin"
+    )
+    io_group.add_argument(
+        "--prompt-field", default="prompt", metavar="NAME", help="JSON field holding the prompt (prompt)"
+    )
+    io_group.add_argument(
+        "--chat",
+        action="store_true",
+        help="wrap each prompt as a user turn with the tokenizer's chat template (for instruct models); "
+        "without it the prompt is tokenized as is, with the tokenizer's usual special tokens",
+    )
+    io_group.add_argument(
+        "--output", "-o", default=None, metavar="FILE", help="output file (default: stdout)"
+    )
+    _add_key_arguments(p)
+    wm = p.add_argument_group("watermark (generation)")
+    wm.add_argument("--delta", type=_non_negative_float, default=2.0, help="watermark strength (2.0)")
+    wm.add_argument(
+        "--no-watermark",
+        action="store_true",
+        help="generate without the watermark (still detected with the key, if one is given)",
+    )
+    wm.add_argument(
+        "--fpr", type=_open_unit_float, default=0.01, help="false-positive rate of detection (0.01)"
+    )
+    both = p.add_argument_group("sampler (LLaDA and Dream)")
+    both.add_argument("--steps", type=_positive_int, default=None, metavar="N", help="denoising steps (128)")
+    both.add_argument(
+        "--temperature", type=_non_negative_float, default=None, metavar="T", help="0 = greedy (0)"
+    )
+    llada = p.add_argument_group("sampler (LLaDA only)")
+    llada.add_argument(
+        "--gen-length", type=_positive_int, default=None, metavar="N", help="tokens to generate (128)"
+    )
+    llada.add_argument(
+        "--block-length",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="semi-autoregressive block size; must divide --gen-length (default: --gen-length)",
+    )
+    llada.add_argument(
+        "--cfg-scale",
+        type=_non_negative_float,
+        default=None,
+        metavar="S",
+        help="classifier-free guidance (0)",
+    )
+    llada.add_argument(
+        "--remasking", choices=("low_confidence", "random"), default=None, help="(low_confidence)"
+    )
+    dream = p.add_argument_group("sampler (Dream only)")
+    dream.add_argument(
+        "--max-new-tokens", type=_positive_int, default=None, metavar="N", help="tokens to generate (128)"
+    )
+    dream.add_argument("--top-p", type=_unit_float, default=None, metavar="P", help="nucleus filter (off)")
+    dream.add_argument(
+        "--top-k", type=_non_negative_int, default=None, metavar="K", help="top-k filter (off; 0 = off)"
+    )
+    dream.add_argument(
+        "--alg",
+        choices=("origin", "maskgit_plus", "topk_margin", "entropy"),
+        default=None,
+        help="remasking order (origin)",
+    )
+    dream.add_argument(
+        "--alg-temp",
+        type=_non_negative_float,
+        default=None,
+        metavar="T",
+        help="> 0: draw the revealed positions from softmax(confidence / T) (off)",
+    )
+    dream.add_argument(
+        "--eps", type=_eps, default=None, metavar="E", help="last time step, in [0, 1) (0.001)"
+    )
+    run = p.add_argument_group("run")
+    run.add_argument(
+        "--seed", type=int, default=0, help="torch.manual_seed(SEED) before each generation call (0)"
+    )
+    run.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="prompts generated at once, left-padded (1)",
+    )
+    run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=cmd_generate)
+
+
 # Subcommand adders, in the order they appear in --help.
-_SUBCOMMANDS: list[Callable[[Any], None]] = [_add_detect_parser]
+_SUBCOMMANDS: list[Callable[[Any], None]] = [_add_quickstart_parser, _add_generate_parser, _add_detect_parser]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -359,6 +640,319 @@ def cmd_detect(args: argparse.Namespace) -> int:
     finally:
         if stream is not sys.stdin:
             stream.close()
+    return 0
+
+
+def _family_from_config(name: str, trust_remote_code: bool) -> str | None:
+    """The family named by a checkpoint's config.json, read before loading (None when unknown)."""
+    from .models.loading import SUPPORTED_MODEL_TYPES
+
+    path = Path(name).expanduser() / "config.json"
+    if not path.is_file():
+        return None  # a Hub id: load_model reads it (and reports what is wrong)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    family = SUPPORTED_MODEL_TYPES.get(raw.get("model_type"))
+    if family is None and not trust_remote_code and raw.get("diffusion_family") in ("llada", "dream"):
+        family = raw["diffusion_family"]
+    return family
+
+
+def _sampler_kwargs(args: argparse.Namespace, family: str) -> dict[str, Any]:
+    """The sampler's keyword arguments: given options over the family's defaults, checked."""
+    other = "dream" if family == "llada" else "llada"
+    wrong = [
+        "--" + dest.replace("_", "-")
+        for dest, families in _SAMPLER_OPTIONS.items()
+        if family not in families and getattr(args, dest) is not None
+    ]
+    if wrong:
+        raise CLIError(
+            f"{', '.join(wrong)} {'applies' if len(wrong) == 1 else 'apply'} to {_FAMILY_NAMES[other]} "
+            f"models only; this model is a {_FAMILY_NAMES[family]} model (see 'hf-lrdwm generate --help')"
+        )
+    kwargs = dict(_GENERATE_DEFAULTS[family])
+    for dest in kwargs:
+        if getattr(args, dest) is not None:
+            kwargs[dest] = getattr(args, dest)
+    if family == "llada":
+        if kwargs["block_length"] is None:
+            kwargs["block_length"] = kwargs["gen_length"]
+        gen, block, steps = kwargs["gen_length"], kwargs["block_length"], kwargs["steps"]
+        if gen % block:
+            raise CLIError(f"--gen-length ({gen}) must be a multiple of --block-length ({block})")
+        if steps % (gen // block):
+            raise CLIError(
+                f"--steps ({steps}) must be a multiple of the number of blocks "
+                f"(--gen-length / --block-length = {gen // block})"
+            )
+    else:
+        from .generation.dream import DreamSamplingConfig
+
+        try:
+            DreamSamplingConfig(**kwargs)
+        except (ValueError, TypeError) as err:
+            raise CLIError(f"invalid Dream sampler option: {err}") from None
+        kwargs["return_dict_in_generate"] = True
+    return kwargs
+
+
+def _generation_device(text: str | None) -> str:
+    import torch
+
+    if text is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise CLIError(f"--device {text!r} is not a torch device (cpu, cuda, cuda:1, mps, ...)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CLIError(f"--device {text!r}: CUDA is not available on this machine")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise CLIError(f"--device {text!r}: MPS is not available on this machine")
+    return text
+
+
+def _generation_tokenizer(name: str, trust_remote_code: bool) -> Any:
+    path = Path(name).expanduser()
+    if (name.startswith((".", "~", os.sep)) or name.count("/") > 1) and not path.is_dir():
+        raise CLIError(f"tokenizer directory {name!r} not found")
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(
+            str(path) if path.is_dir() else name, trust_remote_code=trust_remote_code
+        )
+    except (OSError, ValueError, TypeError, KeyError, ImportError) as err:
+        raise CLIError(f"could not load tokenizer {name!r}: {_one_line(str(err), 300)}") from None
+
+
+def _read_prompts(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """``(where, prompt)`` pairs: ``where`` names the prompt in messages (``line N`` / ``prompt N``)."""
+    if args.prompt is not None:
+        return [(f"prompt {n}", prompt) for n, prompt in enumerate(args.prompt, start=1)]
+    stream = _open_input(args.input)
+    try:
+        records = _read_records(stream, "jsonl", args.prompt_field, False, None)
+        prompts = [(f"line {lineno}", value) for lineno, value in records]
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+    if not prompts:
+        raise CLIError(f"input {args.input!r} holds no prompts")
+    return prompts
+
+
+def _encode_prompts(tokenizer: Any, prompts: list[tuple[str, str]], chat: bool) -> list[list[int]]:
+    """Token ids of each prompt: the chat template's text tokenized without adding special tokens
+    (the template holds them, as ``apply_chat_template(tokenize=True)`` does), else the prompt with
+    the tokenizer's usual special tokens."""
+    if chat and not getattr(tokenizer, "chat_template", None):
+        raise CLIError("--chat: the tokenizer has no chat template (drop --chat for a base model)")
+    encoded = []
+    for where, prompt in prompts:
+        if chat:
+            text = tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+            )
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        else:
+            ids = tokenizer(prompt)["input_ids"]
+        if not ids:
+            raise CLIError(f"{where}: the prompt is empty (no tokens)")
+        encoded.append([int(i) for i in ids])
+    return encoded
+
+
+def _first_id(value: Any) -> int | None:
+    """An id, the first of a list of ids, or None."""
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else None
+    return None if value is None else int(value)
+
+
+def _logits_size(model: Any) -> int:
+    try:
+        head = model.get_output_embeddings()
+        weight = getattr(head, "weight", None)
+        if weight is not None and weight.dim() == 2:
+            return int(weight.shape[0])
+    except (AttributeError, NotImplementedError, TypeError):
+        pass
+    config = model.config
+    return int(getattr(config, "embedding_size", None) or config.vocab_size)
+
+
+@contextlib.contextmanager
+def _quiet_transformers(progress: bool) -> Iterator[None]:
+    """Silence transformers' info / warning logs (e.g. the harmless "model of type llada to instantiate a
+    model of type llama" of native loading) and, unless ``progress``, its weight-loading bar."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    if not progress:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _model_path(name: str) -> str:
+    """``name`` as a local directory when it is one; a path-like name that is not a directory fails."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise CLIError(f"model directory {name!r} has no config.json")
+        return str(path)
+    if name.startswith((".", "~", os.sep)) or name.count("/") > 1:
+        raise CLIError(f"model directory {name!r} not found")
+    return name  # a Hub id
+
+
+def _load_generation_model(
+    args: argparse.Namespace, name: str, device: str, tokenizer: Any, show: bool
+) -> Any:
+    import torch
+
+    from .models import CheckpointMismatchError, load_model
+
+    dtype: Any = args.dtype
+    if dtype is not None and dtype != "auto":
+        dtype = getattr(torch, dtype)
+    try:
+        with _quiet_transformers(progress=show):
+            return load_model(
+                name,
+                dtype=dtype,
+                device=device,
+                trust_remote_code=args.trust_remote_code,
+                load_tokenizer=tokenizer is None,
+            )
+    except (OSError, ValueError, TypeError, NotImplementedError, CheckpointMismatchError, ImportError) as err:
+        raise CLIError(f"could not load {args.model!r}: {err}") from None
+
+
+def _ids_of(config: Any, names: tuple[str, ...]) -> list[int]:
+    ids: set[int] = set()
+    for name in names:
+        value = getattr(config, name, None)
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if item is not None:
+                ids.add(int(item))
+    return sorted(ids)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """``hf-lrdwm generate``: generate (watermarked) from prompts, detect, write one JSON line each."""
+    import torch
+    from tqdm import tqdm
+
+    from .config import LRDWMConfig
+    from .detection import LRDWMDetector
+
+    # -- everything that can fail without the model comes first ------------------------------------
+    if args.prompt_field != "prompt" and args.input is None:
+        raise CLIError("--prompt-field needs --input")
+    key = args.key if args.key is not None else os.environ.get(KEY_ENV)
+    if not key and not args.no_watermark:
+        raise CLIError(
+            f"no watermark key: pass --key or set the {KEY_ENV} environment variable (or --no-watermark)"
+        )
+    config = LRDWMConfig(key=key, delta=args.delta, gamma=args.gamma, sides=args.sides) if key else None
+    device = _generation_device(args.device)
+    name = _model_path(args.model)
+    family = _family_from_config(name, args.trust_remote_code)
+    if family is not None:
+        _sampler_kwargs(args, family)  # option errors before the (slow) model load
+    prompts = _read_prompts(args)
+    show = not args.no_progress and sys.stderr.isatty()
+    out = _Output(args.output)  # a bad output path fails before the model loads
+    ok = False
+    try:
+        tokenizer = _generation_tokenizer(args.tokenizer, args.trust_remote_code) if args.tokenizer else None
+        model = _load_generation_model(args, name, device, tokenizer, show)
+        family = getattr(model, "_hf_lrdwm_family", None)
+        if family not in _GENERATE_DEFAULTS:
+            raise CLIError(f"{args.model!r} is not a LLaDA or Dream model (no supported diffusion sampler)")
+        sampler_kwargs = _sampler_kwargs(args, family)
+        tokenizer = tokenizer if tokenizer is not None else getattr(model, "hf_lrdwm_tokenizer", None)
+        if tokenizer is None:
+            raise CLIError(f"{args.model!r} has no tokenizer: pass --tokenizer NAME_OR_DIR")
+
+        # -- special ids, prompts, detector ---------------------------------------------------------
+        mask_ids = _ids_of(model.config, ("mask_token_id",))
+        if len(mask_ids) != 1:
+            raise CLIError(f"{args.model!r} names no mask token (mask_token_id in config.json)")
+        mask_id = mask_ids[0]
+        candidates = (
+            _first_id(getattr(model.config, "pad_token_id", None)),
+            _first_id(getattr(tokenizer, "pad_token_id", None)),
+            _first_id(getattr(model.config, "eos_token_id", None)),
+        )
+        # Left pads are never attended to; any id but the mask's (LLaDA treats masks as generated) works.
+        pad_id = next((i for i in candidates if i is not None and i != mask_id), 1 if mask_id == 0 else 0)
+        ignore = _ids_of(model.config, ("mask_token_id", "eos_token_id", "eot_token_id", "pad_token_id"))
+        vocab_size = _logits_size(model)
+        encoded = _encode_prompts(tokenizer, prompts, args.chat)
+        for (where, _prompt), ids in zip(prompts, encoded, strict=True):
+            bad = next((i for i in ids if i < 0 or i >= vocab_size or i == mask_id), None)
+            if bad is not None:
+                what = (
+                    "is the mask token" if bad == mask_id else f"is outside the model's {vocab_size} logits"
+                )
+                raise CLIError(f"{where}: token id {bad} of the tokenized prompt {what} (wrong --tokenizer?)")
+        detector = None
+        if config is not None:
+            detector = LRDWMDetector(config, vocab_size=vocab_size, ignore_token_ids=ignore, fpr=args.fpr)
+        watermark = None if args.no_watermark else config
+
+        # -- generate, batch by batch ----------------------------------------------------------------
+        items = [(prompt, ids) for (_where, prompt), ids in zip(prompts, encoded, strict=True)]
+        with tqdm(total=len(items), unit=" prompts", disable=not show, file=sys.stderr, leave=False) as bar:
+            for batch in _batched(items, args.batch_size):
+                width = max(len(ids) for _prompt, ids in batch)
+                pads = [width - len(ids) for _prompt, ids in batch]
+                attention_mask = None
+                if any(pads):  # left padding; the pads are never attended to
+                    attention_mask = torch.tensor([[0] * n + [1] * (width - n) for n in pads])
+                input_ids = torch.tensor(
+                    [[pad_id] * n + ids for n, (_prompt, ids) in zip(pads, batch, strict=True)]
+                )
+                torch.manual_seed(args.seed)
+                output = model.diffusion_generate(
+                    input_ids, attention_mask=attention_mask, watermark=watermark, **sampler_kwargs
+                )
+                sequences = output if isinstance(output, torch.Tensor) else output.sequences
+                generated = sequences[:, width:].cpu()
+                detections: list[Any] = [None] * len(batch)
+                if detector is not None:
+                    result = detector(generated, prompt_ids=[ids for _prompt, ids in batch])
+                    detections = result.to_list(with_token_scores=False)
+                lines = []
+                for (prompt, _ids), gen_ids, det in zip(batch, generated.tolist(), detections, strict=True):
+                    row = {
+                        "prompt": prompt,
+                        "text": tokenizer.decode(gen_ids, skip_special_tokens=True),
+                        "token_ids": gen_ids,
+                        "watermarked": watermark is not None,
+                        "detection": det,
+                    }
+                    lines.append(json.dumps(row, allow_nan=False) + "\n")
+                out.write("".join(lines))
+                out.stream.flush()
+                bar.update(len(batch))
+        ok = True
+    finally:
+        out.close(ok)
     return 0
 
 

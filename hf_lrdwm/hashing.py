@@ -112,13 +112,22 @@ def _lsr(z: torch.Tensor, r: int) -> torch.Tensor:
     return torch.bitwise_and(torch.bitwise_right_shift(z, r), (1 << (64 - r)) - 1)
 
 
-def _fmix_(z: torch.Tensor) -> torch.Tensor:
+def _xorshift_(z: torch.Tensor, r: int, tmp: torch.Tensor) -> None:
+    """``z ^= z >> r`` (logical shift), in place, using the scratch tensor ``tmp``."""
+    torch.bitwise_right_shift(z, r, out=tmp)
+    tmp.bitwise_and_((1 << (64 - r)) - 1)
+    z.bitwise_xor_(tmp)
+
+
+def _fmix_(z: torch.Tensor, tmp: torch.Tensor | None = None) -> torch.Tensor:
     """SplitMix64 finaliser, in place on an int64 tensor that the caller owns."""
-    z.bitwise_xor_(_lsr(z, 30))
+    if tmp is None:
+        tmp = torch.empty_like(z)
+    _xorshift_(z, 30, tmp)
     z.mul_(_M1_S)
-    z.bitwise_xor_(_lsr(z, 27))
+    _xorshift_(z, 27, tmp)
     z.mul_(_M2_S)
-    z.bitwise_xor_(_lsr(z, 31))
+    _xorshift_(z, 31, tmp)
     return z
 
 
@@ -153,9 +162,11 @@ def candidate_words(vocab_size: int, device: torch.device | str | None = None) -
     return _word(torch.arange(vocab_size, dtype=torch.int64, device=device), _CAND_MUL_S)
 
 
-def _is_green_(z: torch.Tensor, threshold: int) -> torch.Tensor:
-    _fmix_(z)
-    return _lsr(z, _SHIFT) < threshold
+def _is_green_(z: torch.Tensor, threshold: int, tmp: torch.Tensor | None = None) -> torch.Tensor:
+    """Finish the hash in place on ``z`` and compare: returns the bool tensor ``green``."""
+    _fmix_(z, tmp)
+    z.bitwise_xor_(-(1 << 63))  # flip the sign bit: unsigned order becomes signed order
+    return z < _signed((threshold << _SHIFT) ^ (1 << 63))
 
 
 def green_pairs(key: int, contexts: torch.Tensor, candidates: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -207,8 +218,17 @@ def green_rows(
             raise ValueError("green_rows needs vocab_size or cand_words")
         cand_words = candidate_words(vocab_size, device=contexts.device)
     seeds = context_seeds(key, contexts.reshape(-1).to(cand_words.device))
-    z = torch.bitwise_xor(seeds.unsqueeze(1), cand_words.unsqueeze(0))
-    return _is_green_(z, threshold)
+    limit = _signed((threshold << _SHIFT) ^ (1 << 63))
+    out = torch.empty((seeds.shape[0], cand_words.shape[0]), dtype=torch.bool, device=cand_words.device)
+    # Row by row with two reused [V] scratch buffers: no [U, V] int64 temporaries.
+    z = torch.empty_like(cand_words)
+    tmp = torch.empty_like(cand_words)
+    for u, seed in enumerate(seeds.tolist()):
+        torch.bitwise_xor(cand_words, seed, out=z)
+        _fmix_(z, tmp)
+        z.bitwise_xor_(-(1 << 63))
+        torch.lt(z, limit, out=out[u])
+    return out
 
 
 # ----------------------------------------------------------------------------------------------

@@ -45,5 +45,6 @@ def _modules() -> list[str]:
 @pytest.mark.parametrize("name", _modules())
 def test_docstring_examples(name):
     module = importlib.import_module(name)  # the test extra installs every optional dependency
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    result = doctest.testmod(module, optionflags=flags, verbose=False)
     assert result.failed == 0

@@ -20,12 +20,15 @@ hook returns, so ``LRDWMConfig(confidence_sees_watermark=False)`` cannot be hono
 from __future__ import annotations
 
 import functools
+import logging
 import types
 from typing import Any
 
 from ..config import LRDWMConfig
 from ..processor import LRDWMLogitsProcessor
 from .common import resolve_watermark
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["patch", "is_patched"]
 
@@ -62,6 +65,14 @@ def patch(model: Any) -> Any:
         return model
     model_type = _model_type(model)
     family = model_type.lower() if model_type is not None else None
+    if family in ("dream", "llada") and callable(getattr(model, "modules", None)):
+        # A model loaded with plain AutoModel(trust_remote_code=True) on transformers 5 misses these
+        # fixes (e.g. rotary buffers left uninitialised: the model runs but produces noise).
+        from ..models.remote import apply_model_shims
+
+        applied = apply_model_shims(model)
+        if applied:
+            logger.info("hf_lrdwm.patch applied transformers 5 fixes: %s", ", ".join(applied))
     if family == "dream":
         return _patch_dream(model)
     if family == "llada":

@@ -59,6 +59,7 @@ def tiny_model(
     num_layers: int = 2,
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
+    initializer_range: float = 0.5,
 ) -> Any:
     """A small random-weight model of ``family`` with ``diffusion_generate`` attached.
 
@@ -75,6 +76,10 @@ def tiny_model(
         num_layers: number of transformer blocks.
         seed: weights are a deterministic function of the arguments; the global RNG is not touched.
         dtype: parameter dtype.
+        initializer_range: standard deviation of the random weights. The default 0.5 (not
+            transformers' 0.02) gives peaked, position-dependent logits, so the samplers produce varied
+            gibberish instead of one repeated token; the mask token's output row is zero, so it is
+            never predicted.
 
     Returns:
         The model in eval mode; ``model.config`` carries the special ids, ``model.hf_lrdwm_tokenizer`` is
@@ -127,13 +132,16 @@ def tiny_model(
     with torch.random.fork_rng(devices=[]):
         model = model_class(config)
     generator = torch.Generator().manual_seed(seed)
-    std = config.initializer_range
+    std = initializer_range
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
                 param.fill_(1.0)
             else:
                 param.normal_(0.0, std, generator=generator)
+        # A trained DLM never predicts the mask token: a zero output row keeps its logit at 0, far
+        # below the largest of the V - 1 random logits.
+        model.lm_head.weight[config.mask_token_id].zero_()
     model = model.to(dtype).eval()
     attach_diffusion_generate(model, family)
     model.hf_lrdwm_tokenizer = None

@@ -20,6 +20,10 @@ from .processor import LRDWMLogitsProcessor  # noqa: E402
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
+# Registers the "watermark-detection" pipeline and the detector config/model with transformers through
+# post-import hooks: transformers itself is not imported here (see hf_lrdwm/pipelines.py).
+from . import pipelines  # noqa: E402, F401
+
 # The transformers-facing parts are imported on first use, so that `import hf_lrdwm` for the hash,
 # processor and detector needs only torch.
 _LAZY = {

@@ -14,8 +14,10 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -638,6 +640,61 @@ class LRDWMDetector:
             mean_z=float(np.mean(z)),
             std_z=float(np.std(z)),
         )
+
+    # ------------------------------------------------------------------------------------------
+    # Detector repos (hf_lrdwm.hub): saved, loaded and pushed like a model
+    # ------------------------------------------------------------------------------------------
+    def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
+        """Write a detector repo: ``config.json`` (keys and settings, mode 0o600), the tokenizer files,
+        a one-scalar ``model.safetensors`` and a ``README.md`` model card (no keys). Keep it private.
+
+        ``pipeline("watermark-detection", model=save_directory)`` and :meth:`from_pretrained` load it
+        (after ``import hf_lrdwm``; no ``trust_remote_code``). See ``docs/hub.md``.
+        """
+        from .hub import save_detector
+
+        return save_detector(self, save_directory)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained: str | os.PathLike,
+        *,
+        tokenizer: Any = None,
+        token: str | bool | None = None,
+        revision: str | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        device: torch.device | str | None = None,
+    ) -> LRDWMDetector:
+        """Load a detector repo (a directory from :meth:`save_pretrained` or a Hub repo id): the keys,
+        settings and calibration from ``config.json``, and the repo's tokenizer if it has one (or
+        ``tokenizer=``)."""
+        from .hub import load_detector
+
+        return load_detector(
+            pretrained,
+            tokenizer=tokenizer,
+            token=token,
+            revision=revision,
+            cache_dir=cache_dir,
+            device=device,
+            detector_class=cls,
+        )
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        private: bool = True,
+        token: str | bool | None = None,
+        commit_message: str = "Upload LR-DWM watermark detector",
+    ) -> str:
+        """Upload the detector repo to the Hub, **private by default** (it holds the keys); returns the
+        commit URL. ``private=False`` logs a warning; an existing public repo is refused unless
+        ``private=False``."""
+        from .hub import push_detector
+
+        return push_detector(self, repo_id, private=private, token=token, commit_message=commit_message)
 
 
 def _unique_events(

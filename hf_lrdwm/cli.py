@@ -6,6 +6,10 @@ JSON line per prompt (text, ids and the detector's verdict), in order.
 ``hf-lrdwm detect``: score texts or token ids from a JSON-lines / text file (or stdin) and write one JSON
 line of results per input, in order.
 
+``hf-lrdwm calibrate``: estimate a key's null statistics and z threshold on human text (a local file or a
+``datasets`` dataset), check the key's false-positive rate, print a JSON summary and optionally save the
+calibrated detector as a detector repo (``LRDWMDetector.save_pretrained``).
+
 Adding a subcommand: write ``_add_NAME_parser(subparsers)`` that creates the sub-parser and sets
 ``func=cmd_NAME`` with ``set_defaults``, write ``cmd_NAME(args) -> int``, and list the adder in
 ``_SUBCOMMANDS``. User errors are raised as :class:`CLIError` (or the library's ``ValueError`` /
@@ -30,7 +34,16 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, NoReturn, TypeVar
 
-__all__ = ["main", "build_parser", "cmd_detect", "cmd_generate", "cmd_quickstart", "CLIError", "KEY_ENV"]
+__all__ = [
+    "main",
+    "build_parser",
+    "cmd_calibrate",
+    "cmd_detect",
+    "cmd_generate",
+    "cmd_quickstart",
+    "CLIError",
+    "KEY_ENV",
+]
 
 PROG = "hf-lrdwm"
 KEY_ENV = "HF_LRDWM_KEY"
@@ -441,8 +454,126 @@ def _add_generate_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_generate)
 
 
+def _add_calibrate_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "calibrate",
+        help="calibrate a key on human text and check its false-positive rate",
+        description=(
+            "Estimate a key's null statistics (mean and variance of the green count per event, the paper's "
+            "sigma^2) and the empirical z threshold at --fpr on human text, and measure the key's "
+            "false-positive rate on the same texts without calibration (the key health check). Each text "
+            "is tokenized without special tokens and cut to its first --length tokens; texts with fewer "
+            "than --min-tokens tokens are skipped. Prints a JSON summary; --save writes the calibrated "
+            "detector as a detector repo."
+        ),
+        epilog=(
+            "Use human text like the text you will test (language, domain), at the length you will test: "
+            "with --min-tokens equal to --length every text is scored at exactly --length tokens. A 1% "
+            "threshold needs at least 99 texts and is only usable with a few thousand (see threshold_ci)."
+        ),
+    )
+    _add_key_arguments(p)
+    src = p.add_argument_group("human text (one of --input / --dataset)")
+    which = src.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--input",
+        "-i",
+        default=None,
+        metavar="FILE",
+        help="JSON-lines file (or *.txt, one text per line), or '-' for stdin",
+    )
+    which.add_argument(
+        "--dataset",
+        default=None,
+        metavar="NAME",
+        help="a datasets.load_dataset() path: a Hub id, or a builder such as json / text / parquet with "
+        "--data-files",
+    )
+    src.add_argument(
+        "--format",
+        choices=("auto", "jsonl", "txt"),
+        default="auto",
+        help="--input format: 'txt' (one text per line) for *.txt, else JSON lines (auto)",
+    )
+    src.add_argument(
+        "--text-field", default=None, metavar="NAME", help="JSON field / dataset column of the text (text)"
+    )
+    src.add_argument("--config", default=None, metavar="NAME", help="--dataset configuration (subset)")
+    src.add_argument("--split", default="train", metavar="SPLIT", help="--dataset split (train)")
+    src.add_argument(
+        "--data-files",
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help="--dataset data files (local paths or patterns), e.g. --dataset json --data-files a.jsonl",
+    )
+    src.add_argument(
+        "--streaming",
+        action="store_true",
+        help="stream the --dataset instead of downloading it whole (stops after --num-texts)",
+    )
+    tok = p.add_argument_group("tokens")
+    tok.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="NAME_OR_DIR",
+        help="tokenizer of the model you will detect for (Hub id or local directory)",
+    )
+    tok.add_argument(
+        "--length",
+        type=_positive_int,
+        default=400,
+        metavar="N",
+        help="keep the first N tokens of each text (400)",
+    )
+    tok.add_argument(
+        "--min-tokens",
+        type=_positive_int,
+        default=16,
+        metavar="N",
+        help="skip texts with fewer tokens; also the detector's min_tokens (16)",
+    )
+    tok.add_argument(
+        "--num-texts",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="stop after N usable texts (default: all)",
+    )
+    test = p.add_argument_group("test")
+    test.add_argument("--fpr", type=_open_unit_float, default=0.01, help="target false-positive rate (0.01)")
+    test.add_argument(
+        "--statistic",
+        choices=("binomial", "paper"),
+        default="binomial",
+        help="uncalibrated test of the key health check, recorded with the calibration (binomial)",
+    )
+    io_group = p.add_argument_group("output")
+    io_group.add_argument(
+        "--output", "-o", default=None, metavar="FILE", help="JSON summary file (default: stdout)"
+    )
+    io_group.add_argument(
+        "--save",
+        default=None,
+        metavar="DIR",
+        help="write the calibrated detector (keys, settings, calibration, tokenizer) as a detector repo to "
+        "DIR, loadable with LRDWMDetector.from_pretrained(DIR) (it holds the keys: keep it private)",
+    )
+    run = p.add_argument_group("run")
+    run.add_argument(
+        "--batch-size", type=_positive_int, default=256, metavar="N", help="texts tokenized at once (256)"
+    )
+    run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=cmd_calibrate)
+
+
 # Subcommand adders, in the order they appear in --help.
-_SUBCOMMANDS: list[Callable[[Any], None]] = [_add_quickstart_parser, _add_generate_parser, _add_detect_parser]
+_SUBCOMMANDS: list[Callable[[Any], None]] = [
+    _add_quickstart_parser,
+    _add_generate_parser,
+    _add_detect_parser,
+    _add_calibrate_parser,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -633,6 +764,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
                         row["line"] = lineno
                         lines.append(json.dumps(row, allow_nan=False) + "\n")
                     out.write("".join(lines))
+                    out.stream.flush()  # results leave batch by batch (e.g. when reading a pipe)
                     bar.update(len(batch))
             ok = True
         finally:
@@ -953,6 +1085,239 @@ def cmd_generate(args: argparse.Namespace) -> int:
         ok = True
     finally:
         out.close(ok)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# calibrate
+# ----------------------------------------------------------------------------------------------
+_DATASET_ONLY = ("config", "data_files", "streaming")
+
+
+def _check_calibrate_options(args: argparse.Namespace) -> str:
+    """Option combinations; returns the input format (``jsonl`` / ``txt`` / ``dataset``)."""
+    if args.input is not None:
+        given = [
+            "--" + name.replace("_", "-")
+            for name in _DATASET_ONLY
+            if getattr(args, name) not in (None, False)
+        ]
+        if args.split != "train":
+            given.append("--split")
+        if given:
+            raise CLIError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --dataset")
+        fmt = args.format
+        if fmt == "auto":
+            txt = args.input != "-" and Path(args.input).suffix.lower() in _TEXT_SUFFIXES
+            fmt = "txt" if txt else "jsonl"
+        if fmt == "txt" and args.text_field is not None:
+            raise CLIError("--text-field needs JSON lines input (a .txt file holds one text per line)")
+    else:
+        if args.format != "auto":
+            raise CLIError("--format applies to --input; a --dataset is read by datasets.load_dataset")
+        fmt = "dataset"
+    if args.min_tokens > args.length:
+        raise CLIError(f"--min-tokens ({args.min_tokens}) must be <= --length ({args.length})")
+    if args.save is not None and Path(args.save).exists() and not Path(args.save).is_dir():
+        raise CLIError(f"--save {args.save!r} exists and is not a directory")
+    return fmt
+
+
+def _load_hf_dataset(args: argparse.Namespace, field: str, show: bool) -> Any:
+    """``datasets.load_dataset(NAME, CONFIG, split=SPLIT, streaming=..., data_files=...)``, one column."""
+    try:
+        import datasets
+    except ImportError:
+        raise CLIError("--dataset needs the datasets package (pip install datasets)") from None
+    kwargs: dict[str, Any] = {"split": args.split, "streaming": args.streaming}
+    if args.data_files:
+        kwargs["data_files"] = list(args.data_files)
+    bars = not datasets.are_progress_bars_disabled()
+    if not show:
+        datasets.disable_progress_bars()
+    try:
+        ds = datasets.load_dataset(args.dataset, args.config, **kwargs)
+    except Exception as err:  # datasets raises many kinds (not found, offline, bad split, ...)
+        raise CLIError(f"could not load dataset {args.dataset!r}: {_one_line(str(err), 300)}") from None
+    finally:
+        if bars:
+            datasets.enable_progress_bars()
+    if not isinstance(ds, (datasets.Dataset, datasets.IterableDataset)):
+        raise CLIError(f"dataset {args.dataset!r}: --split {args.split!r} did not give one split")
+    names = ds.column_names
+    if names is not None:
+        if field not in names:
+            raise CLIError(f"dataset {args.dataset!r} has no column {field!r} (columns: {', '.join(names)})")
+        ds = ds.select_columns([field])
+    return ds
+
+
+def _dataset_texts(ds: Any, field: str, batch_size: int) -> Iterator[tuple[str, str | None]]:
+    """``(row N, text)`` for each row of a (streamed) dataset, read in batches."""
+    row = 0
+    for batch in ds.iter(batch_size=batch_size):
+        if field not in batch:
+            raise CLIError(f"row {row + 1}: missing column {field!r}")
+        for value in batch[field]:
+            row += 1
+            if value is not None and not isinstance(value, str):
+                raise CLIError(f"row {row}: column {field!r} must be a string, got {type(value).__name__}")
+            yield f"row {row}", value
+
+
+def _collect_human_ids(
+    texts: Iterable[tuple[str, str | None]], tokenizer: Any, args: argparse.Namespace, show: bool
+) -> tuple[list[list[int]], dict[str, int]]:
+    """Tokenize (no special tokens), keep the first ``--length`` ids of texts with ``--min-tokens`` ids."""
+    from tqdm import tqdm
+
+    kept: list[list[int]] = []
+    counts = {"read": 0, "skipped": 0}
+    with tqdm(
+        total=args.num_texts, unit=" texts", desc="reading", disable=not show, file=sys.stderr, leave=False
+    ) as bar:
+        for batch in _batched(texts, args.batch_size):
+            values = [value or "" for _where, value in batch]
+            encoded = tokenizer(values, add_special_tokens=False)["input_ids"]
+            for ids in encoded:
+                counts["read"] += 1
+                if len(ids) < args.min_tokens:
+                    counts["skipped"] += 1
+                    continue
+                kept.append([int(i) for i in ids[: args.length]])
+                if args.num_texts is not None and len(kept) >= args.num_texts:
+                    break
+            bar.update(len(kept) - bar.n)
+            if args.num_texts is not None and len(kept) >= args.num_texts:
+                break
+    return kept, counts
+
+
+def _finite(value: Any) -> Any:
+    """NaN / inf as None, in nested lists and dicts (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _save_calibration(detector: Any, directory: str) -> list[str]:
+    """Write the calibrated detector as a detector repo (``LRDWMDetector.save_pretrained``: keys, settings,
+    calibration, tokenizer, model card); returns the files written."""
+    path = Path(directory)
+    detector.save_pretrained(path)
+    return sorted(str(f.relative_to(path)) for f in path.rglob("*") if f.is_file())
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """``hf-lrdwm calibrate``: calibrate a key on human text, check its health, print a JSON summary."""
+    import logging
+    import math
+
+    from .detection import LRDWMDetector
+
+    config = _make_config(args)
+    fmt = _check_calibrate_options(args)
+    field = args.text_field or "text"
+    show = not args.no_progress and sys.stderr.isatty()
+    stream = _open_input(args.input) if args.input is not None else None  # a missing file fails fast
+    try:
+        tokenizer = _load_tokenizer(args.tokenizer)
+        if stream is not None:
+            texts: Iterable[tuple[str, str | None]] = (
+                (f"line {lineno}", value) for lineno, value in _read_records(stream, fmt, field, False, None)
+            )
+            source: dict[str, Any] = {"input": args.input, "format": fmt}
+        else:
+            ds = _load_hf_dataset(args, field, show)
+            texts = _dataset_texts(ds, field, args.batch_size)
+            source = {
+                "dataset": args.dataset,
+                "config": args.config,
+                "split": args.split,
+                "data_files": args.data_files,
+                "streaming": args.streaming,
+            }
+        source["text_field"] = None if fmt == "txt" else field
+        human, counts = _collect_human_ids(texts, tokenizer, args, show)
+    finally:
+        if stream is not None and stream is not sys.stdin:
+            stream.close()
+
+    if len(human) < 10:
+        raise CLIError(
+            f"only {len(human)} usable human texts ({counts['read']} read, {counts['skipped']} with fewer "
+            f"than --min-tokens {args.min_tokens} tokens): calibration needs at least 10"
+        )
+    detector = LRDWMDetector(
+        config, tokenizer, fpr=args.fpr, min_tokens=args.min_tokens, statistic=args.statistic
+    )
+    warnings = []
+    m = len(human)
+    if math.ceil((1 - args.fpr) * (m + 1)) > m:
+        warnings.append(
+            f"{m} texts are too few for --fpr {args.fpr:g} (at least {math.ceil(1 / args.fpr) - 1} needed): "
+            "the threshold is the largest null z and the achieved FPR may exceed the target"
+        )
+    library_logger = logging.getLogger("hf_lrdwm.detection")
+    level = library_logger.level
+    library_logger.setLevel(logging.ERROR)  # its too-few-texts warning is reported below, once
+    try:
+        cal = detector.calibrate(human, fpr=args.fpr, batch_size=args.batch_size)
+        health = detector.key_health(human, fpr=args.fpr, batch_size=args.batch_size)
+    finally:
+        library_logger.setLevel(level)
+    if not health.healthy:
+        warnings.append(
+            f"this key flags {health.num_flagged} of {health.num_texts} human texts "
+            f"({health.observed_fpr:.2%}) at the nominal --fpr {args.fpr:g} (p = {health.p_excess:.2g}): "
+            "use the calibrated threshold, or another key"
+        )
+    lengths = [len(ids) for ids in human]
+    summary: dict[str, Any] = {
+        **cal.to_dict(),
+        "gamma": config.gamma,
+        "sides": config.sides,
+        "length": args.length,
+        "min_tokens": args.min_tokens,
+        "texts_read": counts["read"],
+        "texts_skipped": counts["skipped"],
+        "tokens_per_text": {
+            "mean": sum(lengths) / len(lengths),
+            "min": min(lengths),
+            "max": max(lengths),
+        },
+        "key_health": {
+            "observed_fpr": health.observed_fpr,
+            "fpr_ci": list(health.fpr_ci),
+            "num_flagged": health.num_flagged,
+            "num_texts": health.num_texts,
+            "fpr": health.fpr,
+            "p_excess": health.p_excess,
+            "healthy": health.healthy,
+            "mean_z": health.mean_z,
+            "std_z": health.std_z,
+            "statistic": args.statistic,
+        },
+        "tokenizer": args.tokenizer,
+        "source": source,
+        "saved": None,
+        "warnings": warnings,
+    }
+    out = _Output(args.output)
+    ok = False
+    try:
+        if args.save is not None:
+            summary["saved"] = {"directory": args.save, "files": _save_calibration(detector, args.save)}
+        out.write(json.dumps(_finite(summary), indent=2, allow_nan=False) + "\n")
+        ok = True
+    finally:
+        out.close(ok)
+    for warning in warnings:
+        sys.stderr.write(f"{PROG}: warning: {warning}\n")
     return 0
 
 

@@ -118,6 +118,14 @@ def _add_detect_parser(subparsers: Any) -> None:
         "line) or, for .txt files, one text per line; writes one JSON object per input, in order.",
     )
     _add_key_arguments(p)
+    p.add_argument(
+        "--detector",
+        default=None,
+        metavar="DIR_OR_REPO",
+        help="a saved detector repo (LRDWMDetector.save_pretrained or `hf-lrdwm calibrate --save`): its "
+        "keys, settings, calibration and tokenizer are used, and --key, --gamma, --sides, --statistic "
+        "and --min-tokens are not needed (--tokenizer still overrides its tokenizer)",
+    )
     io_group = p.add_argument_group("input / output")
     io_group.add_argument("--input", "-i", required=True, metavar="FILE", help="input file, or '-' for stdin")
     io_group.add_argument(
@@ -154,7 +162,10 @@ def _add_detect_parser(subparsers: Any) -> None:
     )
     test = p.add_argument_group("test")
     test.add_argument(
-        "--fpr", type=_open_unit_float, default=0.01, help="false-positive rate of `prediction` (0.01)"
+        "--fpr",
+        type=_open_unit_float,
+        default=None,
+        help="false-positive rate of `prediction` (0.01, or the --detector repo's)",
     )
     test.add_argument(
         "--statistic",
@@ -724,7 +735,9 @@ def cmd_detect(args: argparse.Namespace) -> int:
     """``hf-lrdwm detect``: stream inputs in batches, write one JSON line of results per input."""
     from .detection import LRDWMDetector
 
-    config = _make_config(args)
+    if args.detector is not None and (args.key is not None or os.environ.get(KEY_ENV)):
+        raise CLIError(f"--detector holds its own keys: do not also give --key or {KEY_ENV}")
+    config = _make_config(args) if args.detector is None else None
     fmt = args.format
     if fmt == "auto":
         fmt = "txt" if args.input != "-" and Path(args.input).suffix.lower() in _TEXT_SUFFIXES else "jsonl"
@@ -734,20 +747,29 @@ def cmd_detect(args: argparse.Namespace) -> int:
     if fmt == "txt" and args.text_field is not None:
         raise CLIError("--text-field needs JSON lines input (a .txt file holds one text per line)")
     field = args.ids_field if ids_mode else (args.text_field or "text")
-    if not ids_mode and args.tokenizer is None:
+    if not ids_mode and args.tokenizer is None and args.detector is None:
         raise CLIError("text input needs --tokenizer (or give token ids with --ids-field)")
 
     stream = _open_input(args.input)  # before the (slow) tokenizer: a missing file fails fast
     try:
         tokenizer = _load_tokenizer(args.tokenizer) if args.tokenizer is not None else None
-        detector = LRDWMDetector(
-            config,
-            tokenizer,
-            fpr=args.fpr,
-            min_tokens=args.min_tokens,
-            statistic=args.statistic,
-            vocab_size=args.vocab_size,
-        )
+        if args.detector is not None:
+            detector = LRDWMDetector.from_pretrained(args.detector, tokenizer=tokenizer)
+            if args.fpr is not None:
+                detector.fpr = args.fpr
+            if args.vocab_size is not None:
+                detector.vocab_size = args.vocab_size
+            if not ids_mode and detector.tokenizer is None:
+                raise CLIError(f"the detector repo {args.detector!r} has no tokenizer: pass --tokenizer")
+        else:
+            detector = LRDWMDetector(
+                config,
+                tokenizer,
+                fpr=0.01 if args.fpr is None else args.fpr,
+                min_tokens=args.min_tokens,
+                statistic=args.statistic,
+                vocab_size=args.vocab_size,
+            )
         records = _read_records(stream, fmt, field, ids_mode, detector.vocab_size)
         out = _Output(args.output)
         ok = False

@@ -192,6 +192,28 @@ def test_detect_stdin_output_file_and_paper_statistic(tmp_path, capsys, monkeypa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]  # no temporary file left
 
 
+def test_detect_with_a_saved_calibrated_detector_repo(tmp_path, capsys, tok_dir, tokenizer, monkeypatch):
+    """--detector DIR uses the repo's keys, calibration, settings and tokenizer (no --key needed)."""
+    human = [_long_text(i) + f" record {i}" for i in range(40)]
+    detector = LRDWMDetector(LRDWMConfig(key=KEY), tokenizer, min_tokens=4, fpr=0.05)
+    detector.calibrate(human)
+    repo = tmp_path / "repo"
+    detector.save_pretrained(repo)
+    texts = [_long_text(i) for i in range(3)]
+    inp = _write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts])
+    monkeypatch.delenv("HF_LRDWM_KEY", raising=False)
+    rc, out, err = _run(capsys, ["detect", "--detector", repo, "--input", inp])
+    assert rc == 0, err
+    expected = detector(texts).to_list(with_token_scores=False)
+    rows = _rows(out)
+    assert [r["z_score"] for r in rows] == [e["z_score"] for e in expected]
+    assert all(r["statistic"] == "calibrated-binomial" and r["fpr"] == 0.05 for r in rows)
+    rc, out, _ = _run(capsys, ["detect", "--detector", repo, "--input", inp, "--fpr", "0.2"])
+    assert rc == 0 and all(r["fpr"] == 0.2 for r in _rows(out))
+    rc, out, err = _run(capsys, ["detect", "--detector", repo, "--key", KEY, "--input", inp])
+    assert rc == 2 and out == "" and "--detector holds its own keys" in err and len(err.splitlines()) == 1
+
+
 def test_help_and_parser(capsys):
     assert main(["--help"]) == 0
     assert "detect" in capsys.readouterr().out
@@ -199,7 +221,8 @@ def test_help_and_parser(capsys):
     assert "--ids-field" in capsys.readouterr().out
     parser = build_parser()
     args = parser.parse_args(["detect", "--input", "x.jsonl", "--ids-field", "ids"])
-    assert args.func.__name__ == "cmd_detect" and args.batch_size == 256 and args.fpr == 0.01
+    # --fpr defaults to None on the parser: 0.01, or the --detector repo's own FPR.
+    assert args.func.__name__ == "cmd_detect" and args.batch_size == 256 and args.fpr is None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import json
 
 import pytest
 from corpora import wiki_summaries
+from tiny_tokenizers import fast_tokenizer
 
 from hf_lrdwm import Calibration, LRDWMConfig, LRDWMDetector
 from hf_lrdwm.cli import KEY_ENV, main
@@ -39,21 +40,8 @@ def human_texts():
 @pytest.fixture(scope="module")
 def tok_dir(tmp_path_factory, human_texts):
     """A byte-level BPE trained offline on the human texts, saved as a transformers tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=1500,
-        special_tokens=["<eos>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(human_texts, trainer)
     path = tmp_path_factory.mktemp("tok")
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>").save_pretrained(path)
+    fast_tokenizer(human_texts, vocab_size=1500).save_pretrained(path)
     return path
 
 

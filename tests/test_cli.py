@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from tiny_tokenizers import fast_tokenizer
 
 from hf_lrdwm import LRDWMConfig, LRDWMDetector
 from hf_lrdwm.cli import KEY_ENV, build_parser, main
@@ -34,20 +35,7 @@ def _offline(monkeypatch, tmp_path_factory):
 @pytest.fixture(scope="module")
 def tok_dir(tmp_path_factory):
     """A tiny byte-level BPE tokenizer, trained offline and saved as a transformers tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<eos>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(SENTENCES * 3, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
+    fast = fast_tokenizer(SENTENCES * 3, vocab_size=400)
     path = tmp_path_factory.mktemp("tok")
     fast.save_pretrained(path)
     return path

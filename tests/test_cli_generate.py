@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
+from tiny_tokenizers import train_byte_bpe
 
 from hf_lrdwm import LRDWMConfig, LRDWMDetector
 from hf_lrdwm.cli import KEY_ENV, main
@@ -81,16 +82,9 @@ _LLADA_NAMES = [
 # checkpoints
 # ----------------------------------------------------------------------------------------------
 def write_tokenizer(directory: Path, family: str, *, chat: bool = True) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB - 4, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
-    )
-    tok.train_from_iterator(CORPUS * 4, trainer)
+    tok = train_byte_bpe(CORPUS * 4, vocab_size=VOCAB - 4)
     assert tok.get_vocab_size() == VOCAB - 4
     tok.add_special_tokens(SPECIALS[family])
     bos, eos = SPECIALS[family][:2]

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
+from tiny_tokenizers import train_byte_bpe
 
 from hf_lrdwm import LRDWMConfig
 from hf_lrdwm.models import (
@@ -530,16 +531,9 @@ def test_unsupported_dream_layouts(family):
 
 
 def _bpe(specials):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=110, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    return train_byte_bpe(
+        ["the quick brown fox jumps over the lazy dog"] * 4, vocab_size=110, special_tokens=specials
     )
-    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 4, trainer)
-    return tok
 
 
 def test_llada_tokenizer_present_and_absent(tmp_path):

@@ -13,6 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from tiny_tokenizers import fast_tokenizer
 
 import hf_lrdwm
 from hf_lrdwm import LRDWMConfig, LRDWMDetector
@@ -31,22 +32,7 @@ TEXTS = [
 
 def tiny_tokenizer(model_max_length: int = MAX_LEN):
     """A byte-level BPE tokenizer (about 300 tokens) trained offline on TEXTS."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<eos>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(TEXTS * 3, trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>", model_max_length=model_max_length
-    )
+    return fast_tokenizer(TEXTS * 3, vocab_size=300, model_max_length=model_max_length)
 
 
 def watermarked_ids(cfg: LRDWMConfig, n: int, vocab: int, seed: int = 0, avoid=()) -> list[int]:

@@ -16,6 +16,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from tiny_tokenizers import fast_tokenizer
 
 from hf_lrdwm import LRDWMConfig, LRDWMDetector
 from hf_lrdwm.cli import KEY_ENV, _read_records, main
@@ -46,20 +47,7 @@ def _texts(n, seed=0):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=500,
-        special_tokens=["<eos>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_texts(200, seed=1), trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
+    return fast_tokenizer(_texts(200, seed=1), vocab_size=500)
 
 
 def _watermarked_ids(cfg, vocab, n, seed):

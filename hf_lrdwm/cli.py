@@ -68,24 +68,27 @@ class _Parser(argparse.ArgumentParser):
 # ----------------------------------------------------------------------------------------------
 # Argument types
 # ----------------------------------------------------------------------------------------------
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
+def _arg_type(convert: Callable[[str], Any], ok: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
+    """An argparse ``type=``: ``convert(text)`` if ``ok(value)``, else the error ``must be {what}``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _open_unit_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text!r}") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text!r}")
-    return value
+_positive_int = _arg_type(int, lambda v: v >= 1, "a positive integer")
+_non_negative_int = _arg_type(int, lambda v: v >= 0, "an integer >= 0")
+_open_unit_float = _arg_type(float, lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
+_unit_float = _arg_type(float, lambda v: 0.0 < v <= 1.0, "a number in (0, 1]")  # top-p
+_eps = _arg_type(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1)")  # Dream's last time step
+_non_negative_float = _arg_type(float, lambda v: 0.0 <= v < float("inf"), "a finite number >= 0")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -274,48 +277,6 @@ _GENERATE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 _FAMILY_NAMES = {"llada": "LLaDA", "dream": "Dream"}
 _DTYPES = ("float32", "bfloat16", "float16", "auto")
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
-    if not value >= 0.0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
-
-
-def _unit_float(text: str) -> float:
-    """A number in (0, 1] (top-p)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
-    return value
-
-
-def _eps(text: str) -> float:
-    """A number in [0, 1) (Dream's last time step)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}")
-    return value
 
 
 def _add_generate_parser(subparsers: Any) -> None:

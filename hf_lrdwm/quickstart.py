@@ -24,10 +24,10 @@ logger = logging.getLogger(__name__)
 DEMO_KEY = "hf-lrdwm-quickstart (a public demo key: never use it for real)"
 
 REAL_MODEL_COMMANDS = (
-    'hf-lrdwm generate --model GSAI-ML/LLaDA-8B-Instruct --chat --key "$HF_LRDWM_KEY" --delta 2 '
+    "hf-lrdwm generate --model GSAI-ML/LLaDA-8B-Instruct --chat --delta 2 "
     "--gen-length 300 --steps 300 --block-length 25 --temperature 0 --device cuda --dtype bfloat16 "
     '--prompt "Write a short story about a lighthouse."',
-    'hf-lrdwm generate --model Dream-org/Dream-v0-Instruct-7B --chat --key "$HF_LRDWM_KEY" --delta 2 '
+    "hf-lrdwm generate --model Dream-org/Dream-v0-Instruct-7B --chat --delta 2 "
     "--max-new-tokens 300 --steps 300 --temperature 0.2 --top-p 0.95 --alg entropy --alg-temp 0 "
     '--device cuda --dtype bfloat16 --prompt "Write a short story about a lighthouse."',
 )

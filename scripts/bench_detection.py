@@ -82,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         "for a descheduled peer make multi-threaded timings collapse when cores are oversubscribed",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where both detectors hash (LRDWMDetector(device=...), WatermarkDetector(device=...)); "
+        "inputs start on the CPU, results come back to it",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -99,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     long_ids = torch.randint(0, V, (64, 2000), generator=gen)
     kgw_ids = main_ids[: args.kgw_rows]
 
-    ours = LRDWMDetector(LRDWMConfig(key="bench"), vocab_size=V)
+    ours = LRDWMDetector(LRDWMConfig(key="bench"), vocab_size=V, device=args.device)
     rows = []
     cases = [
         ("256 x 400, tensor", "tensor", main_ids),
@@ -123,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         bos_token_id=KGW_BOS,
     )
     wm_config = WatermarkingConfig(greenlist_ratio=0.5, bias=2.0, seeding_scheme="lefthash", context_width=1)
-    kgw = WatermarkDetector(model_config, "cpu", wm_config)
+    kgw = WatermarkDetector(model_config, args.device, wm_config)
     kgw(kgw_ids[:1, :20])  # warm-up
     kgw_times = []
     for _ in range(args.kgw_repeats):
@@ -151,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "hf_lrdwm": hf_lrdwm.__version__,
+            "device": args.device,
+            "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
         },
         "kgw_settings": {
             "seeding_scheme": "lefthash",

@@ -77,6 +77,64 @@ def _timed(processor):
     return processor
 
 
+# Published shapes of the 8B-class checkpoints (config.json of GSAI-ML/LLaDA-8B-Instruct and
+# Dream-org/Dream-v0-Instruct-7B): the "full" backbone has their size and random weights, so a step costs
+# what a real checkpoint's step costs (the watermark's cost does not depend on the weights' values).
+FULL_SHAPES = {
+    "llada": dict(hidden_size=4096, num_layers=32, heads=32, kv_heads=32, intermediate=12288),
+    "dream": dict(hidden_size=3584, num_layers=28, heads=28, kv_heads=4, intermediate=18944),
+}
+
+
+def full_size_model(family: str, vocab_size: int, device):
+    """A random-weight bf16 model with the 8B-class checkpoint's shape, built directly on ``device``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from hf_lrdwm.generation import attach_diffusion_generate
+    from hf_lrdwm.models.tiny import _special_ids
+
+    shape = FULL_SHAPES[family]
+    common = dict(
+        hidden_size=shape["hidden_size"],
+        num_hidden_layers=shape["num_layers"],
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv_heads"],
+        intermediate_size=shape["intermediate"],
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        use_cache=False,
+        is_causal=False,
+        **_special_ids(family, vocab_size),
+    )
+    if family == "llada":
+        rope = {"rope_type": "default", "rope_theta": 500000.0}
+        config = LlamaConfig(rms_norm_eps=1e-5, rope_parameters=rope, **common)
+        cls = LlamaForCausalLM
+    else:
+        config = Qwen2Config(
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            use_sliding_window=False,
+            **common,
+        )
+        cls = Qwen2ForCausalLM
+    config.diffusion_family = family
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device(device):
+            torch.manual_seed(0)
+            model = cls(config)
+    finally:
+        torch.set_default_dtype(previous)
+    with torch.no_grad():
+        model.lm_head.weight[config.mask_token_id].zero_()
+    model = model.to(torch.bfloat16).eval()
+    attach_diffusion_generate(model, family)
+    return model
+
+
 def make_processor(method: str, vocab_size: int, mask_id: int, device):
     """The ``watermark=`` object of a method (``None`` for vanilla)."""
     from hf_lrdwm import LRDWMConfig
@@ -91,8 +149,8 @@ def make_processor(method: str, vocab_size: int, mask_id: int, device):
     common = dict(config=cfg, vocab_size=vocab_size, mask_token_id=mask_id, device=device, in_place=True)
     if method == "kgw-left":
         return KGWLeftProcessor(**common)
-    if method == "dmark":
-        return DMarkStyleProcessor(**common)
+    if method == "dmark":  # the table's size is the point: no cap (the caller picks V)
+        return DMarkStyleProcessor(max_table_bytes=2**62, **common)
     if method == "wmdlm-left":
         return WMDLMStyleProcessor(context="left", **common)
     if method == "wmdlm-both":
@@ -130,7 +188,8 @@ def generate(model, family: str, prompt, watermark, s: dict):
     )
 
 
-def run_worker(spec: dict) -> dict:
+def run_worker(spec: dict, model_cache: dict | None = None) -> dict:
+    """One configuration; ``model_cache`` (in-process mode) keeps the backbone between configurations."""
     import torch
 
     if spec.get("threads"):
@@ -140,10 +199,23 @@ def run_worker(spec: dict) -> dict:
     device = torch.device(spec.get("device", "cpu"))
     cuda = device.type == "cuda"
     family, method, vocab = spec["family"], spec["method"], spec["vocab_size"]
-    model = tiny_model(
-        family, vocab_size=vocab, hidden_size=spec["hidden_size"], num_layers=spec["num_layers"]
-    )
-    model = model.to(device)
+    backbone = spec.get("backbone", "tiny")
+    cache_key = (family, vocab, backbone)
+    if model_cache is not None and cache_key in model_cache:
+        model = model_cache[cache_key]
+    else:
+        if model_cache is not None:
+            model_cache.clear()  # one backbone on the device at a time
+            if cuda:
+                torch.cuda.empty_cache()
+        if backbone == "tiny":
+            model = tiny_model(
+                family, vocab_size=vocab, hidden_size=spec["hidden_size"], num_layers=spec["num_layers"]
+            ).to(device)
+        else:
+            model = full_size_model(family, vocab, device)
+        if model_cache is not None:
+            model_cache[cache_key] = model
     mask_id = model.config.mask_token_id
     gen = torch.Generator().manual_seed(1234)
     prompts = [
@@ -205,6 +277,11 @@ def run_worker(spec: dict) -> dict:
     if cuda:
         peak = torch.cuda.max_memory_allocated() / 2**20
         result.update(peak_gpu_mb=peak, base_gpu_mb=base_mem, gpu_increment_mb=peak - base_mem)
+        result["gpu"] = torch.cuda.get_device_name(device)
+    if model_cache is not None:  # in-process: free this configuration's state before the next one
+        del watermark, outputs, out
+        if cuda:
+            torch.cuda.empty_cache()
     return result
 
 
@@ -394,7 +471,23 @@ def main(argv: list[str] | None = None) -> int:
         default="vanilla,lrdwm,kgw-left,wmdlm-left,wmdlm-both",
         help="methods at full V (DMARK-style runs at --dmark-vocab)",
     )
-    parser.add_argument("--dmark-vocab", type=int, default=16_384, help="reduced V for DMARK (0 = skip)")
+    parser.add_argument(
+        "--dmark-vocab",
+        default="16384",
+        help="reduced V for DMARK (0 = skip; 'full': the family's full V, on a GPU with room for the table)",
+    )
+    parser.add_argument(
+        "--backbone",
+        choices=("tiny", "full"),
+        default="tiny",
+        help="tiny: hidden 64, 2 layers (fp32); full: the 8B-class checkpoint's shape in bf16 (GPU)",
+    )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every configuration in this process (CUDA only: peak memory is reset per configuration "
+        "with torch.cuda.reset_peak_memory_stats; RSS cannot be separated)",
+    )
     parser.add_argument("--dmark-build-vocabs", default="4096,8192,16384")
     parser.add_argument("--gen-length", type=int, default=128)
     parser.add_argument("--steps", type=int, default=128)
@@ -426,6 +519,16 @@ def main(argv: list[str] | None = None) -> int:
         args.gen_length, args.steps, args.block_length, args.prompt_length = 32, 16, 16, 8
         args.vocab, args.dmark_vocab, args.dmark_build_vocabs = 8192, 2048, "1024,2048"
         args.reps = min(args.reps, 2)
+    if args.in_process and not args.device.startswith("cuda"):
+        parser.error("--in-process needs --device cuda (peak RSS on CPU needs a process per configuration)")
+    if args.backbone == "full" and not args.device.startswith("cuda"):
+        parser.error("--backbone full needs --device cuda (an 8B-class model)")
+    dmark_full_v = args.dmark_vocab == "full"
+    if not dmark_full_v:
+        try:
+            args.dmark_vocab = int(args.dmark_vocab)
+        except ValueError:
+            parser.error(f"--dmark-vocab must be an int or 'full', got {args.dmark_vocab!r}")
     settings = dict(
         gen_length=args.gen_length,
         steps=args.steps,
@@ -436,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         num_layers=2,
         threads=args.threads,
         device=args.device,
+        backbone=args.backbone,
     )
     samplers = [s for s in args.samplers.split(",") if s]
     methods = [m for m in args.methods.split(",") if m]
@@ -443,7 +547,10 @@ def main(argv: list[str] | None = None) -> int:
     for family in samplers:
         full = args.vocab or FULL_V[family]
         configs += [dict(settings, family=family, method=m, vocab_size=full) for m in methods]
-        if args.dmark_vocab:
+        if dmark_full_v:
+            if "dmark" not in methods:
+                configs.append(dict(settings, family=family, method="dmark", vocab_size=full))
+        elif args.dmark_vocab:
             configs += [
                 dict(settings, family=family, method=m, vocab_size=args.dmark_vocab)
                 for m in ("vanilla", "lrdwm", "dmark")
@@ -451,26 +558,42 @@ def main(argv: list[str] | None = None) -> int:
     machine = _machine(args.threads, args.device)
     print(f"machine: {machine}", flush=True)
     baseline_reps = args.reps if args.baseline_reps is None else args.baseline_reps
+    model_cache: dict = {}
     rows = []
     t_start = time.perf_counter()
-    for rep in range(args.reps):
-        # Alternate: every repetition visits every configuration, in a rotated order.
-        shift = rep % len(configs)
-        for spec in configs[shift:] + configs[:shift]:
-            if spec["method"] not in ("vanilla", "lrdwm") and rep >= baseline_reps:
-                continue
-            load_before = os.getloadavg()[0]
-            res = _spawn(spec, args.timeout)
-            rows.append({**spec, "rep": rep, **res, "load_1min_before": load_before})
-            print(
-                f"rep {rep} {spec['family']:5s} V={spec['vocab_size']:>6} {spec['method']:15s} "
-                f"{res['wall_s']:7.2f} s  peak RSS {res['peak_rss_mb']:7.0f} MB "
-                f"(+{res['rss_increment_mb']:.0f})  in-run x{res.get('implied_wall_ratio', 1.0):.3f}  "
-                f"load {os.getloadavg()[0]:.2f}",
-                flush=True,
-            )
+    # Alternate: every repetition visits every configuration, in a rotated order. In-process, the
+    # repetitions run inside each backbone (family, V) so that a backbone is built once; the methods
+    # still rotate from one repetition to the next.
+    schedule = []  # (rep, spec)
+    if args.in_process:
+        for key in dict.fromkeys((c["family"], c["vocab_size"]) for c in configs):
+            group = [c for c in configs if (c["family"], c["vocab_size"]) == key]
+            for rep in range(args.reps):
+                shift = rep % len(group)
+                schedule += [(rep, spec) for spec in group[shift:] + group[:shift]]
+    else:
+        for rep in range(args.reps):
+            shift = rep % len(configs)
+            schedule += [(rep, spec) for spec in configs[shift:] + configs[:shift]]
+    for rep, spec in schedule:
+        if spec["method"] not in ("vanilla", "lrdwm") and rep >= baseline_reps:
+            continue
+        load_before = os.getloadavg()[0]
+        res = run_worker(spec, model_cache) if args.in_process else _spawn(spec, args.timeout)
+        rows.append({**spec, "rep": rep, **res, "load_1min_before": load_before})
+        mem = (
+            f"peak GPU {res['peak_gpu_mb']:7.0f} MB (+{res['gpu_increment_mb']:.0f})"
+            if "peak_gpu_mb" in res
+            else f"peak RSS {res['peak_rss_mb']:7.0f} MB (+{res['rss_increment_mb']:.0f})"
+        )
+        print(
+            f"rep {rep} {spec['family']:5s} V={spec['vocab_size']:>6} {spec['method']:15s} "
+            f"{res['wall_s']:7.2f} s  {mem}  in-run x{res.get('implied_wall_ratio', 1.0):.3f}  "
+            f"load {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
     builds = []
-    if args.dmark_vocab:
+    if args.dmark_vocab and not dmark_full_v:
         vocabs = [int(v) for v in args.dmark_build_vocabs.split(",") if v]
         payload = json.dumps({"vocabs": vocabs, "threads": args.threads})
         cmd = [sys.executable, os.path.abspath(__file__), "--dmark-builds", payload]

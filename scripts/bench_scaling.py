@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_overhead import _machine, _spawn  # noqa: E402
+from bench_overhead import _machine, _spawn, run_worker  # noqa: E402
 
 LLADA_V = 126_464
 
@@ -46,7 +46,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--backbone",
+        choices=("tiny", "full"),
+        default="tiny",
+        help="tiny: hidden 64, 2 layers; full: LLaDA-8B's shape in bf16 with random weights (GPU only)",
+    )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="all runs in this process, peak GPU memory reset per run (CUDA only)",
+    )
     args = parser.parse_args(argv)
+    cuda = args.device.startswith("cuda")
+    if (args.in_process or args.backbone == "full") and not cuda:
+        parser.error("--in-process and --backbone full need --device cuda")
     if args.quick:
         args.gen_lengths, args.vocabs, args.vocab_gen_length, args.steps = "32,64", "4096,8192", 32, 16
         args.prompts = 2
@@ -60,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         hidden_size=64,
         num_layers=2,
         threads=args.threads,
-        device="cpu",
+        device=args.device,
+        backbone=args.backbone,
     )
     points = [
         ("gen_length", int(g), dict(gen_length=int(g), vocab_size=LLADA_V if not args.quick else 8192))
@@ -72,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         for v in args.vocabs.split(",")
         if v
     ]
-    machine = _machine(args.threads, "cpu")
+    machine = _machine(args.threads, args.device)
+    mem_key, inc_key = ("peak_gpu_mb", "gpu_increment_mb") if cuda else ("peak_rss_mb", "rss_increment_mb")
+    model_cache: dict = {}
     print(f"machine: {machine}", flush=True)
     t_start = time.perf_counter()
     runs = []
@@ -81,13 +99,13 @@ def main(argv: list[str] | None = None) -> int:
             for method in ("vanilla", "lrdwm") if rep % 2 == 0 else ("lrdwm", "vanilla"):
                 spec = dict(base, **over, method=method)
                 load_before = os.getloadavg()[0]
-                res = _spawn(spec, args.timeout)
+                res = run_worker(spec, model_cache) if args.in_process else _spawn(spec, args.timeout)
                 res["load_1min_before"] = load_before
                 per_gen = statistics.median(res["wall_s_per_prompt"])
                 runs.append({"sweep": sweep, "value": value, "rep": rep, **spec, **res, "s_per_gen": per_gen})
                 print(
                     f"rep {rep} {sweep}={value:>7} {method:8s} {per_gen:7.2f} s/gen  "
-                    f"peak RSS {res['peak_rss_mb']:6.0f} MB  load {os.getloadavg()[0]:.2f}",
+                    f"peak {mem_key} {res[mem_key]:6.0f} MB  load {os.getloadavg()[0]:.2f}",
                     flush=True,
                 )
     summary = []
@@ -97,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             for m in ("vanilla", "lrdwm")
         }
         t = {m: statistics.median(x for r in rs for x in r["wall_s_per_prompt"]) for m, rs in sel.items()}
-        mem = {m: statistics.median(r["peak_rss_mb"] for r in rs) for m, rs in sel.items()}
-        inc = {m: statistics.median(r["rss_increment_mb"] for r in rs) for m, rs in sel.items()}
+        mem = {m: statistics.median(r[mem_key] for r in rs) for m, rs in sel.items()}
+        inc = {m: statistics.median(r[inc_key] for r in rs) for m, rs in sel.items()}
         summary.append(
             {
                 "sweep": sweep,
@@ -122,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_avg_at_end": os.getloadavg(),
         "total_s": time.perf_counter() - t_start,
         "settings": base,
+        "memory_metric": "torch.cuda.max_memory_allocated" if cuda else "peak RSS (ru_maxrss)",
         "summary": summary,
         "runs": runs,
     }

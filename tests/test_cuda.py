@@ -1,0 +1,123 @@
+"""The watermark on a CUDA device: same bias, same detection, generation on the GPU.
+
+These run only where a CUDA device is present (CI has none; the benchmark session ran them on the lent
+GPU machine, see docs/benchmarks.md). Everything they compare against is computed on the CPU in the same
+test, so a CUDA kernel that disagreed with the CPU one by a single bit would fail them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hf_lrdwm import LRDWMConfig, LRDWMDetector
+from hf_lrdwm.generation.dream import dream_generate
+from hf_lrdwm.generation.llada import llada_generate
+from hf_lrdwm.models import tiny_model
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+V_LLADA = 126_464
+MASK_LLADA = 126_336
+
+
+def _canvas(batch: int, length: int, vocab: int, mask_id: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab - 200, (batch, length), generator=gen)
+    masked = torch.rand(batch, length, generator=gen) < 0.5
+    return ids.masked_fill(masked, mask_id)
+
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("sides", ["both", "left", "right"])
+def test_processor_cuda_matches_cpu_bit_for_bit(dtype, sides):
+    cfg = LRDWMConfig(key="cuda-proc", delta=2.0, sides=sides)
+    canvas = _canvas(2, 48, V_LLADA, MASK_LLADA, seed=1)
+    scores = torch.randn(2, 48, V_LLADA, generator=torch.Generator().manual_seed(2)).to(dtype)
+    cpu = cfg.construct_processor(vocab_size=V_LLADA, mask_token_id=MASK_LLADA)(canvas, scores)
+    proc = cfg.construct_processor(vocab_size=V_LLADA, mask_token_id=MASK_LLADA, device="cuda")
+    gpu = proc(canvas.cuda(), scores.cuda())
+    assert gpu.device.type == "cuda" and gpu.dtype == dtype
+    assert torch.equal(gpu.cpu(), cpu)
+    assert all(row.device.type == "cuda" for row in proc._cache.values())
+    # A second call on the same canvas reuses the cached rows and gives the same result.
+    hashed = proc.rows_hashed
+    again = proc(canvas.cuda(), scores.cuda())
+    assert proc.rows_hashed == hashed and torch.equal(again.cpu(), cpu)
+
+
+def test_processor_in_place_on_cuda():
+    cfg = LRDWMConfig(key="cuda-inplace", delta=1.5)
+    canvas = _canvas(1, 32, 5000, 4999, seed=3).cuda()
+    scores = torch.randn(1, 32, 5000, device="cuda")
+    before = scores.clone()
+    proc = cfg.construct_processor(vocab_size=5000, mask_token_id=4999, in_place=True)
+    out = proc(canvas, scores)
+    assert out.data_ptr() == scores.data_ptr()
+    expected = cfg.construct_processor(vocab_size=5000, mask_token_id=4999)(canvas.cpu(), before.cpu())
+    assert torch.equal(out.cpu(), expected) and not torch.equal(out, before)
+
+
+@pytest.mark.parametrize("statistic", ["binomial", "paper"])
+def test_detector_on_cuda_matches_cpu(statistic):
+    cfg = LRDWMConfig(key="cuda-detect")
+    ids = torch.randint(0, V_LLADA, (16, 300), generator=torch.Generator().manual_seed(4))
+    cpu = LRDWMDetector(cfg, vocab_size=V_LLADA, statistic=statistic)(ids)
+    gpu = LRDWMDetector(cfg, vocab_size=V_LLADA, statistic=statistic, device="cuda")(ids)
+    np.testing.assert_array_equal(cpu.z_score, gpu.z_score)
+    np.testing.assert_array_equal(cpu.p_value, gpu.p_value)
+    np.testing.assert_array_equal(cpu.num_green, gpu.num_green)
+
+
+DET_VOCAB, DET_PROMPT, DET_GEN = 1000, 8, 128
+
+
+def _det(cfg: LRDWMConfig, model) -> LRDWMDetector:
+    c = model.config
+    ignore = sorted({c.mask_token_id, c.eos_token_id, getattr(c, "eot_token_id", c.eos_token_id)})
+    return LRDWMDetector(cfg, vocab_size=DET_VOCAB, ignore_token_ids=ignore, min_tokens=16)
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_generation_on_cuda_is_watermarked_and_vanilla_is_not(family):
+    """8 prompts, delta 6, 128 tokens, the whole loop on the GPU.
+
+    Every watermarked output has z > 4 (the same test run on the CPU gives z of 5.2-7.7). Vanilla outputs are
+    null texts: P(z > 4) is about 3.2e-5 per text (normal tail), so P(any of 8 exceeds 4) < 2.6e-4.
+    """
+    model = tiny_model(family, vocab_size=DET_VOCAB).cuda()
+    cfg = LRDWMConfig(key=f"cuda-{family}", delta=6.0)
+    gen = torch.Generator().manual_seed(11)
+    prompts = torch.randint(0, DET_VOCAB - 8, (8, DET_PROMPT), generator=gen).cuda()
+    if family == "llada":
+        kw = dict(steps=64, gen_length=DET_GEN, block_length=32, temperature=0.0)
+        run = llada_generate
+    else:
+        kw = dict(steps=64, max_new_tokens=DET_GEN, temperature=0.2, top_p=0.95, alg="entropy")
+        run = dream_generate
+    torch.manual_seed(0)
+    marked = run(model, prompts, watermark=cfg, **kw)
+    torch.manual_seed(0)
+    vanilla = run(model, prompts, **kw)
+    assert marked.device.type == "cuda" and marked.shape == (8, DET_PROMPT + DET_GEN)
+    det = _det(cfg, model)
+    z_marked = det(marked[:, DET_PROMPT:].cpu(), prompt_ids=prompts.tolist()).z_score
+    z_vanilla = det(vanilla[:, DET_PROMPT:].cpu(), prompt_ids=prompts.tolist()).z_score
+    assert (z_marked > 4).all(), z_marked
+    assert (z_vanilla < 4).all(), z_vanilla
+
+
+def test_diffusion_generate_entry_point_on_cuda():
+    model = tiny_model("llada", vocab_size=DET_VOCAB).cuda()
+    cfg = LRDWMConfig(key="cuda-entry", delta=6.0)
+    prompt = torch.randint(0, DET_VOCAB - 8, (2, DET_PROMPT), generator=torch.Generator().manual_seed(5))
+    out = model.diffusion_generate(
+        prompt.cuda(), steps=64, gen_length=DET_GEN, block_length=32, watermark=cfg
+    )
+    assert out.device.type == "cuda"
+    z = _det(cfg, model)(out[:, DET_PROMPT:].cpu(), prompt_ids=prompt.tolist()).z_score
+    assert (z > 4).all(), z

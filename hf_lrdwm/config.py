@@ -162,7 +162,7 @@ confidence_sees_watermark=True)
             vocab_size: size of the model's logits axis (e.g. 126464 for LLaDA-8B).
             mask_token_id: id of the mask token in the diffusion canvas.
             device: device of the logits (green rows are computed there).
-            **kwargs: passed to the processor (``in_place``, ``max_cached_rows``).
+            **kwargs: passed to the processor (``in_place``, ``max_cached_rows``, ``strategy``).
         """
         from .processor import LRDWMLogitsProcessor
 

@@ -39,6 +39,7 @@ __all__ = [
     "candidate_words",
     "green_pairs",
     "green_rows",
+    "green_block",
     "green_reference",
     "hash_value_reference",
 ]
@@ -229,6 +230,30 @@ def green_rows(
         z.bitwise_xor_(-(1 << 63))
         torch.lt(z, limit, out=out[u])
     return out
+
+
+def green_block(
+    key: int,
+    contexts: torch.Tensor,
+    gamma: float,
+    *,
+    cand_words: torch.Tensor,
+) -> torch.Tensor:
+    """Same rows as :func:`green_rows`, computed for all contexts at once (no host round trip).
+
+    One [U, V] int64 scratch pair instead of a loop over rows: a fixed, small number of kernels and no
+    device -> host copy of the seeds, which is what a GPU wants (``green_rows`` loops over the rows in
+    Python to keep the scratch at [V], which is what a CPU wants). Callers bound U.
+
+    Returns:
+        Bool tensor [U, V] on ``cand_words.device``, equal to ``green_rows(key, contexts, gamma)``.
+    """
+    threshold = green_threshold(gamma)
+    seeds = context_seeds(key, contexts.reshape(-1).to(cand_words.device))
+    z = torch.bitwise_xor(seeds.unsqueeze(1), cand_words.unsqueeze(0))
+    _fmix_(z)
+    z.bitwise_xor_(-(1 << 63))
+    return z < _signed((threshold << _SHIFT) ^ (1 << 63))
 
 
 # ----------------------------------------------------------------------------------------------

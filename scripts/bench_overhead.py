@@ -422,6 +422,19 @@ def summarise(rows: list[dict], mem_key: str, inc_key: str) -> list[dict]:
             and t["method"] == "vanilla"
         )
         row["wall_ratio"] = row["wall_s_median"] / van["wall_s_median"]
+        # Paired: this method's run over vanilla's run of the same repetition (adjacent in time).
+        van_by_rep = {
+            r["rep"]: r["wall_s"]
+            for r in rows
+            if (r["family"], r["vocab_size"], r["method"]) == (row["family"], row["vocab_size"], "vanilla")
+        }
+        paired = [
+            r["wall_s"] / van_by_rep[r["rep"]]
+            for r in groups[(row["family"], row["vocab_size"], row["method"])]
+            if r["rep"] in van_by_rep
+        ]
+        row["paired_wall_ratios"] = paired
+        row["paired_wall_ratio_median"] = statistics.median(paired) if paired else None
         row["peak_ratio"] = row["peak_mb_median"] / van["peak_mb_median"]
         row["increment_ratio"] = row["increment_mb_median"] / max(van["increment_mb_median"], 1e-9)
     order = {m: i for i, m in enumerate(METHODS)}
@@ -431,14 +444,15 @@ def summarise(rows: list[dict], mem_key: str, inc_key: str) -> list[dict]:
 
 def markdown(table: list[dict], mem_name: str) -> str:
     lines = [
-        f"| sampler | V | method | wall s (median) | x vanilla | peak {mem_name} MB | x vanilla | "
+        f"| sampler | V | method | wall s (median) | x vanilla | paired x | peak {mem_name} MB | x vanilla | "
         "increment MB | x vanilla | in-run x |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for t in table:
         lines.append(
             f"| {t['family']} | {t['vocab_size']:,} | {t['label']} | {t['wall_s_median']:.2f} | "
-            f"{t['wall_ratio']:.3f} | {t['peak_mb_median']:.0f} | {t['peak_ratio']:.3f} | "
+            f"{t['wall_ratio']:.3f} | {t['paired_wall_ratio_median'] or float('nan'):.3f} | "
+            f"{t['peak_mb_median']:.0f} | {t['peak_ratio']:.3f} | "
             f"{t['increment_mb_median']:.0f} | {t['increment_ratio']:.2f} | {t['in_run_ratio_median']:.3f} |"
         )
     return "\n".join(lines)

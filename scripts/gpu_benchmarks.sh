@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU half of docs/benchmarks.md, in one go (about 6-8 minutes on one H100/H200; the step limits add up to 550 s):
+# The GPU half of docs/benchmarks.md, in one go (about 9 minutes on one H200 for all steps):
 #   1. the CUDA tests (tests/test_cuda.py, the CUDA hash test),
 #   2. generation overhead on the tiny backbone and on 8B-class backbones (LLaDA-8B / Dream-7B shapes,
 #      bf16, random weights), DMARK-style at full V (its table fits in GPU memory),
@@ -8,7 +8,7 @@
 # Every step has its own time limit and a failing step does not stop the others; the JSON files and
 # one log (steps.log) land in the output folder (default docs/benchmarks/gpu).
 #
-# Usage: bash scripts/gpu_benchmarks.sh [OUT_DIR]
+# Usage: bash scripts/gpu_benchmarks.sh [OUT_DIR]      (STEPS="lrdwm_full detection" runs only those)
 # A machine whose transformers is older than the package needs can install wheels first: put them in
 # .whl/ and they are installed into /tmp/site (no network needed).
 set -u
@@ -39,13 +39,24 @@ step() {  # step NAME SECONDS COMMAND...
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 $py -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name(0))"
 
-step pytest_cuda 90 $py -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_hashing.py
-step overhead_tiny 120 $py scripts/bench_overhead.py --device cuda --in-process --backbone tiny \
-  --reps 3 --prompts 2 --dmark-vocab full --per-call-methods '' --out "$out/overhead_tiny.json"
-step overhead_full 180 $py scripts/bench_overhead.py --device cuda --in-process --backbone full \
-  --reps 3 --prompts 1 --dmark-vocab full --per-call-methods '' --out "$out/overhead_full.json"
-step scaling_full 110 $py scripts/bench_scaling.py --device cuda --in-process --backbone full \
-  --reps 1 --prompts 1 --out "$out/scaling_full.json"
-step detection 50 $py scripts/bench_detection.py --device cuda --repeats 3 --kgw-rows 4 \
+want() { [[ " ${STEPS} " == *" $1 "* ]]; }
+STEPS="${STEPS:-pytest_cuda overhead_tiny overhead_full lrdwm_tiny lrdwm_full scaling_full detection}"
+
+want pytest_cuda && step pytest_cuda 45 $py -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_hashing.py
+# Every method side by side (3 repetitions each); DMARK's table at full V.
+want overhead_tiny && step overhead_tiny 120 $py scripts/bench_overhead.py --device cuda --in-process \
+  --backbone tiny --reps 3 --prompts 2 --dmark-vocab full --per-call-methods '' --out "$out/overhead_tiny.json"
+want overhead_full && step overhead_full 180 $py scripts/bench_overhead.py --device cuda --in-process \
+  --backbone full --reps 3 --prompts 1 --dmark-vocab full --per-call-methods '' --out "$out/overhead_full.json"
+# LR-DWM against vanilla alone, 8 alternating repetitions: the ratio to a percent.
+want lrdwm_tiny && step lrdwm_tiny 70 $py scripts/bench_overhead.py --device cuda --in-process \
+  --backbone tiny --methods vanilla,lrdwm --reps 8 --prompts 2 --dmark-vocab 0 --per-call-methods '' \
+  --out "$out/lrdwm_tiny.json"
+want lrdwm_full && step lrdwm_full 150 $py scripts/bench_overhead.py --device cuda --in-process \
+  --backbone full --methods vanilla,lrdwm --reps 8 --prompts 1 --dmark-vocab 0 --per-call-methods '' \
+  --out "$out/lrdwm_full.json"
+want scaling_full && step scaling_full 110 $py scripts/bench_scaling.py --device cuda --in-process \
+  --backbone full --reps 2 --prompts 1 --out "$out/scaling_full.json"
+want detection && step detection 40 $py scripts/bench_detection.py --device cuda --repeats 3 --kgw-rows 4 \
   --out "$out/detection.json"
 echo "done in ${SECONDS}s"

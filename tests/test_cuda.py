@@ -34,20 +34,25 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("sides", ["both", "left", "right"])
-def test_processor_cuda_matches_cpu_bit_for_bit(dtype, sides):
-    cfg = LRDWMConfig(key="cuda-proc", delta=2.0, sides=sides)
+@pytest.mark.parametrize("delta", [2.0, 1.3])
+def test_processor_cuda_matches_cpu_bit_for_bit(dtype, sides, delta):
+    cfg = LRDWMConfig(key="cuda-proc", delta=delta, sides=sides)
     canvas = _canvas(2, 48, V_LLADA, MASK_LLADA, seed=1)
     scores = torch.randn(2, 48, V_LLADA, generator=torch.Generator().manual_seed(2)).to(dtype)
     cpu = cfg.construct_processor(vocab_size=V_LLADA, mask_token_id=MASK_LLADA)(canvas, scores)
-    proc = cfg.construct_processor(vocab_size=V_LLADA, mask_token_id=MASK_LLADA, device="cuda")
-    gpu = proc(canvas.cuda(), scores.cuda())
+    # "auto" picks the batched path for CUDA logits: no cache, same bits.
+    auto = cfg.construct_processor(vocab_size=V_LLADA, mask_token_id=MASK_LLADA, device="cuda")
+    gpu = auto(canvas.cuda(), scores.cuda())
     assert gpu.device.type == "cuda" and gpu.dtype == dtype
     assert torch.equal(gpu.cpu(), cpu)
-    assert all(row.device.type == "cuda" for row in proc._cache.values())
-    # A second call on the same canvas reuses the cached rows and gives the same result.
-    hashed = proc.rows_hashed
-    again = proc(canvas.cuda(), scores.cuda())
-    assert proc.rows_hashed == hashed and torch.equal(again.cpu(), cpu)
+    assert len(auto._cache) == 0 and auto.rows_hashed > 0
+    # The cached path on CUDA: same bits, rows cached on the GPU and reused by a second call.
+    cached = cfg.construct_processor(vocab_size=V_LLADA, mask_token_id=MASK_LLADA, strategy="cached")
+    assert torch.equal(cached(canvas.cuda(), scores.cuda()).cpu(), cpu)
+    assert len(cached._cache) > 0 and all(row.device.type == "cuda" for row in cached._cache.values())
+    hashed = cached.rows_hashed
+    again = cached(canvas.cuda(), scores.cuda())
+    assert cached.rows_hashed == hashed and torch.equal(again.cpu(), cpu)
 
 
 def test_processor_in_place_on_cuda():

@@ -17,6 +17,7 @@ from hf_lrdwm.hashing import (
     HASH_SCHEME,
     candidate_words,
     derive_key,
+    green_block,
     green_pairs,
     green_probability,
     green_reference,
@@ -243,3 +244,17 @@ def test_no_global_rng_use():
     green_rows(derive_key("rng", "left"), torch.tensor([1, 2, 3]), 0.5, vocab_size=1000)
     green_pairs(derive_key("rng", "left"), torch.tensor([1, 2]), torch.tensor([3, 4]), 0.5)
     assert torch.equal(before, torch.get_rng_state())
+
+
+@pytest.mark.parametrize("gamma", [0.25, 0.5])
+def test_green_block_equals_green_rows(gamma):
+    """The all-rows-at-once kernel (the processor's "batched" path) equals the row-by-row one."""
+    key = derive_key("block", "right")
+    ctx = torch.tensor([0, 1, 7, 7, 126_000, V_LLADA - 1])
+    words = candidate_words(V_LLADA)
+    block = green_block(key, ctx, gamma, cand_words=words)
+    assert block.shape == (6, V_LLADA) and block.dtype == torch.bool
+    assert torch.equal(block, green_rows(key, ctx, gamma, cand_words=words))
+    for c, v in [(7, 0), (126_000, 5), (V_LLADA - 1, V_LLADA - 1)]:
+        row = ctx.tolist().index(c)
+        assert bool(block[row, v]) == green_reference(key, c, v, gamma)

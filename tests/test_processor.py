@@ -194,3 +194,86 @@ def test_real_vocabulary_sizes():
             assert out[0, 2, v].item() == 2.0 * green_reference(cfg.key_right, 2024, v, 0.5)
         frac = (out[0, 1] > 0).float().mean().item()
         assert abs(frac - 0.5) < 0.01
+
+
+# ----------------------------------------------------------------------------------------------
+# Strategies: "batched" (the GPU path, also runnable on a CPU) gives the same bits as "cached"
+# ----------------------------------------------------------------------------------------------
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("sides", ["both", "left", "right"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("delta", [2.0, 1.3])
+def test_batched_strategy_is_bit_identical_to_cached(sides, dtype, delta):
+    # 3 rows x 40 positions, ~60% masks: more than one batch of 8 positions, both neighbour kinds.
+    canvas = _random_canvas(3, 40, 0.6, seed=5)
+    scores = torch.randn(3, 40, V, generator=torch.Generator().manual_seed(6)).to(dtype)
+    cfg = LRDWMConfig(key="strategies", delta=delta, sides=sides, gamma=0.3)
+    cached = cfg.construct_processor(vocab_size=V, mask_token_id=MASK, strategy="cached")
+    batched = cfg.construct_processor(vocab_size=V, mask_token_id=MASK, strategy="batched")
+    expected = cached(canvas, scores)
+    assert torch.equal(batched(canvas, scores), expected)
+    # Non-contiguous logits and in-place use go through the same path.
+    strided = scores.transpose(0, 1).contiguous().transpose(0, 1)
+    assert torch.equal(batched(canvas, strided), expected)
+    work = scores.clone()
+    in_place = cfg.construct_processor(vocab_size=V, mask_token_id=MASK, strategy="batched", in_place=True)
+    assert in_place(canvas, work).data_ptr() == work.data_ptr() and torch.equal(work, expected)
+    # And both match the definition (m_L + m_R from the plain-Python reference).
+    m = _expected_counts(canvas, cfg, V, MASK)
+    assert torch.equal(expected.float() - scores.float() != 0, m != 0)
+    assert batched._cache == {} and batched.rows_hashed > 0
+
+
+def test_batched_strategy_edge_cases():
+    cfg = LRDWMConfig(key="edges", delta=2.0)
+    proc = cfg.construct_processor(vocab_size=V, mask_token_id=MASK, strategy="batched")
+    all_masks = torch.full((2, 6), MASK)
+    none_masked = torch.arange(12).reshape(2, 6)
+    scores = torch.randn(2, 6, V)
+    assert torch.equal(proc(all_masks, scores), scores)  # no revealed neighbour: nothing to add
+    assert torch.equal(proc(none_masked, scores), scores)  # no mask: nothing to add
+    assert proc.rows_hashed == 0
+
+
+def test_strategy_argument_is_checked_and_shown():
+    cfg = LRDWMConfig(key="err")
+    with pytest.raises(ValueError, match="strategy"):
+        cfg.construct_processor(vocab_size=V, mask_token_id=MASK, strategy="fast")
+    assert "strategy='auto'" in repr(cfg.construct_processor(vocab_size=V, mask_token_id=MASK))
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_samplers_give_the_same_tokens_with_either_strategy(family):
+    """A whole generation with the "batched" processor (what CUDA logits get) equals the "cached" one."""
+    from hf_lrdwm.generation.dream import dream_generate
+    from hf_lrdwm.generation.llada import llada_generate
+    from hf_lrdwm.models import tiny_model
+
+    vocab = 500
+    model = tiny_model(family, vocab_size=vocab)
+    mask = model.config.mask_token_id
+    cfg = LRDWMConfig(key=f"strategy-{family}", delta=3.0)
+    prompts = torch.randint(0, vocab - 8, (2, 6), generator=torch.Generator().manual_seed(9))
+    outs = {}
+    for strategy in ("cached", "batched"):
+        proc = cfg.construct_processor(vocab_size=vocab, mask_token_id=mask, strategy=strategy)
+        torch.manual_seed(0)
+        if family == "llada":
+            outs[strategy] = llada_generate(
+                model, prompts, steps=16, gen_length=32, block_length=16, watermark=proc
+            )
+        else:
+            outs[strategy] = dream_generate(
+                model, prompts, steps=16, max_new_tokens=32, temperature=0.5, alg="entropy", watermark=proc
+            )
+        assert proc.rows_hashed > 0
+    torch.manual_seed(0)
+    vanilla = (
+        llada_generate(model, prompts, steps=16, gen_length=32, block_length=16)
+        if family == "llada"
+        else dream_generate(model, prompts, steps=16, max_new_tokens=32, temperature=0.5, alg="entropy")
+    )
+    assert torch.equal(outs["cached"], outs["batched"])
+    assert not torch.equal(outs["cached"], vanilla)  # the watermark changed the output

@@ -40,6 +40,7 @@ __all__ = [
     "green_pairs",
     "green_rows",
     "green_block",
+    "green_from_seeds",
     "green_reference",
     "hash_value_reference",
 ]
@@ -248,9 +249,18 @@ def green_block(
     Returns:
         Bool tensor [U, V] on ``cand_words.device``, equal to ``green_rows(key, contexts, gamma)``.
     """
-    threshold = green_threshold(gamma)
     seeds = context_seeds(key, contexts.reshape(-1).to(cand_words.device))
-    z = torch.bitwise_xor(seeds.unsqueeze(1), cand_words.unsqueeze(0))
+    return green_from_seeds(seeds, gamma, cand_words=cand_words)
+
+
+def green_from_seeds(seeds: torch.Tensor, gamma: float, *, cand_words: torch.Tensor) -> torch.Tensor:
+    """Green rows [U, V] from context seeds [U] (:func:`context_seeds`, one key per row allowed).
+
+    ``green_from_seeds(context_seeds(k, c), gamma, cand_words=w) == green_block(k, c, gamma, cand_words=w)``;
+    seeds of rows with different keys can be stacked into one call.
+    """
+    threshold = green_threshold(gamma)
+    z = torch.bitwise_xor(seeds.reshape(-1, 1), cand_words.unsqueeze(0))
     _fmix_(z)
     z.bitwise_xor_(-(1 << 63))
     return z < _signed((threshold << _SHIFT) ^ (1 << 63))

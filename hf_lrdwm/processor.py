@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from .hashing import candidate_words, green_block, green_rows
+from .hashing import candidate_words, context_seeds, green_from_seeds, green_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import LRDWMConfig
@@ -19,7 +19,9 @@ logger = logging.getLogger(__name__)
 
 _LEFT, _RIGHT = 0, 1
 _ROW_CHUNK = 8  # green rows hashed at once (bounds the int64 scratch to 8 * V * 8 bytes)
-_BATCH_ROWS = 8  # positions per kernel batch on the "batched" path ([8, V] int64 scratch: 8 MB at V=126k)
+# "batched" path: green rows hashed per kernel batch, bounded so the int64 scratch (two [rows, V]
+# buffers) stays under 64 MiB: 33 rows at V = 126,464 (16 positions with both neighbours).
+_BATCH_SCRATCH_BYTES = 64 * 2**20
 _STRATEGIES = ("auto", "cached", "batched")
 
 
@@ -47,9 +49,10 @@ class LRDWMLogitsProcessor:
         strategy: how the bias is computed; every strategy gives bit-identical logits.
             ``"cached"``: rows hashed one at a time and cached between calls, biases added position by
             position (hashing a row is the expensive part on a CPU: ~0.4 ms at V = 126k).
-            ``"batched"``: no cache and no per-position Python loop: the rows of 8 positions are hashed
-            and added in one go, a fixed handful of kernels per 8 positions and one device -> host
-            synchronisation per call (on a GPU, hashing is nearly free and launches are what cost).
+            ``"batched"``: no cache and no per-position Python loop: context seeds come from a [2, V]
+            per-key table, the rows of up to 16 positions (both sides) are hashed and added in one go,
+            about 25 kernels per batch and one device -> host synchronisation per call (on a GPU,
+            hashing is nearly free and kernel launches are what cost).
             ``"auto"`` (default): ``"cached"`` for CPU logits, ``"batched"`` for any other device.
 
     Call ``processor(input_ids, scores)`` with ``input_ids`` a LongTensor [B, L] (the canvas, masks
@@ -100,6 +103,7 @@ class LRDWMLogitsProcessor:
         self.max_cached_rows = max_cached_rows
         self._device = torch.device(device) if device is not None else None
         self._cand_words: torch.Tensor | None = None
+        self._seeds: torch.Tensor | None = None
         self._cache: OrderedDict[tuple[int, int], torch.Tensor] = OrderedDict()
         self.rows_hashed = 0  # how many green rows were computed (diagnostics / tests)
 
@@ -108,6 +112,7 @@ class LRDWMLogitsProcessor:
         """Free the cached green rows (samplers call this when a generation call returns)."""
         self._cache.clear()
         self._cand_words = None
+        self._seeds = None
 
     @property
     def cache_nbytes(self) -> int:
@@ -243,6 +248,15 @@ class LRDWMLogitsProcessor:
         self._keep(rows_left, rows_right)
         return out
 
+    def _seed_table(self, device: torch.device) -> torch.Tensor:
+        """Context seeds of every token id for both keys, [2, V] int64 (2 MB at V = 126k), kept per device."""
+        if self._seeds is None or self._seeds.device != device:
+            ids = torch.arange(self.vocab_size, dtype=torch.int64, device=device)
+            self._seeds = torch.stack(
+                [context_seeds(self.config.key_left, ids), context_seeds(self.config.key_right, ids)]
+            )
+        return self._seeds
+
     def _add_batched(
         self,
         input_ids: torch.Tensor,
@@ -251,30 +265,41 @@ class LRDWMLogitsProcessor:
         right: torch.Tensor,
         delta: float,
     ) -> None:
-        """The ``"batched"`` strategy: hash and add the rows of ``_BATCH_ROWS`` positions at a time."""
+        """The ``"batched"`` strategy: a fixed handful of kernels per batch of positions, no Python loop
+        over positions. Seeds come from a per-key table (one gather), both sides are hashed in one block."""
         self._cache.clear()
-        positions = torch.nonzero(left | right)  # [N, 2]; the call's one synchronisation
+        positions = torch.nonzero(left | right)  # [N, 2]; the call's synchronisation
         n = positions.shape[0]
         if n == 0:
             return
         b_idx, i_idx = positions[:, 0], positions[:, 1]
-        L = input_ids.shape[1]
-        words = self._words(out.device)
+        L, V = input_ids.shape[1], self.vocab_size
         cfg = self.config
-        sides = []
+        sides, has, ctxs = [], [], []
         if cfg.use_left:
-            sides.append((cfg.key_left, left[b_idx, i_idx], input_ids[b_idx, (i_idx - 1).clamp(min=0)]))
+            sides.append(_LEFT)
+            has.append(left[b_idx, i_idx])
+            ctxs.append(input_ids[b_idx, (i_idx - 1).clamp(min=0)])
         if cfg.use_right:
-            sides.append((cfg.key_right, right[b_idx, i_idx], input_ids[b_idx, (i_idx + 1).clamp(max=L - 1)]))
-        for start in range(0, n, _BATCH_ROWS):
-            stop = start + _BATCH_ROWS
-            count: torch.Tensor | None = None
-            for key, has, ctx in sides:
-                green = green_block(key, ctx[start:stop], cfg.gamma, cand_words=words)
-                green &= has[start:stop, None]  # a position without this neighbour gets nothing from it
-                count = green.to(torch.uint8) if count is None else count.add_(green)
-                self.rows_hashed += green.shape[0]
-            assert count is not None  # at least one side is enabled (validated config)
+            sides.append(_RIGHT)
+            has.append(right[b_idx, i_idx])
+            ctxs.append(input_ids[b_idx, (i_idx + 1).clamp(max=L - 1)])
+        ctx = torch.stack(ctxs)  # [S, N]
+        has_s = torch.stack(has)  # [S, N]
+        if bool(((ctx >= 0) & (ctx < V)).all()):  # the usual case: one gather from the seed table
+            seeds = self._seed_table(out.device)[torch.tensor(sides, device=out.device)[:, None], ctx]
+        else:  # ids outside the vocabulary (a prompt from a larger tokenizer): hash them directly
+            keys = (cfg.key_left, cfg.key_right)
+            seeds = torch.stack([context_seeds(keys[side], c) for side, c in zip(sides, ctxs, strict=True)])
+        words = self._words(out.device)
+        per_batch = max(1, _BATCH_SCRATCH_BYTES // (16 * V * len(sides)))
+        for start in range(0, n, per_batch):
+            stop = start + per_batch
+            green = green_from_seeds(seeds[:, start:stop], cfg.gamma, cand_words=words)
+            green = green.view(len(sides), -1, V)
+            green &= has_s[:, start:stop, None]  # a position without this neighbour gets nothing from it
+            count = green.sum(0, dtype=torch.uint8)  # m_L + m_R, [n, V]
+            self.rows_hashed += green.shape[0] * green.shape[1]
             bb, ii = b_idx[start:stop], i_idx[start:stop]
             rows = out[bb, ii]  # [n, V] copy; one rounding: rows + delta * (m_L + m_R)
             rows.add_(count, alpha=delta)

@@ -42,18 +42,18 @@ $py -c "import torch, transformers; print('torch', torch.__version__, 'transform
 want() { [[ " ${STEPS} " == *" $1 "* ]]; }
 STEPS="${STEPS:-pytest_cuda overhead_tiny overhead_full lrdwm_tiny lrdwm_full scaling_full detection}"
 
-want pytest_cuda && step pytest_cuda 45 $py -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_hashing.py
+want pytest_cuda && step pytest_cuda 40 $py -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_hashing.py
 # Every method side by side (3 repetitions each); DMARK's table at full V.
 want overhead_tiny && step overhead_tiny 120 $py scripts/bench_overhead.py --device cuda --in-process \
   --backbone tiny --reps 3 --prompts 2 --dmark-vocab full --per-call-methods '' --out "$out/overhead_tiny.json"
 want overhead_full && step overhead_full 180 $py scripts/bench_overhead.py --device cuda --in-process \
   --backbone full --reps 3 --prompts 1 --dmark-vocab full --per-call-methods '' --out "$out/overhead_full.json"
 # LR-DWM against vanilla alone, 8 alternating repetitions: the ratio to a percent.
-want lrdwm_tiny && step lrdwm_tiny 70 $py scripts/bench_overhead.py --device cuda --in-process \
-  --backbone tiny --methods vanilla,lrdwm --reps 8 --prompts 2 --dmark-vocab 0 --per-call-methods '' \
+want lrdwm_tiny && step lrdwm_tiny "${TINY_LIMIT:-70}" $py scripts/bench_overhead.py --device cuda --in-process \
+  --backbone tiny --methods vanilla,lrdwm --reps "${LRDWM_REPS:-8}" --prompts 2 --dmark-vocab 0 --per-call-methods '' \
   --out "$out/lrdwm_tiny.json"
-want lrdwm_full && step lrdwm_full 150 $py scripts/bench_overhead.py --device cuda --in-process \
-  --backbone full --methods vanilla,lrdwm --reps 8 --prompts 1 --dmark-vocab 0 --per-call-methods '' \
+want lrdwm_full && step lrdwm_full "${FULL_LIMIT:-150}" $py scripts/bench_overhead.py --device cuda --in-process \
+  --backbone full --methods vanilla,lrdwm --reps "${LRDWM_REPS:-8}" --prompts 1 --dmark-vocab 0 --per-call-methods '' \
   --out "$out/lrdwm_full.json"
 want scaling_full && step scaling_full 110 $py scripts/bench_scaling.py --device cuda --in-process \
   --backbone full --reps 2 --prompts 1 --out "$out/scaling_full.json"

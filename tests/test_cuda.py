@@ -35,24 +35,36 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("sides", ["both", "left", "right"])
 @pytest.mark.parametrize("delta", [2.0, 1.3])
-def test_processor_cuda_matches_cpu_bit_for_bit(dtype, sides, delta):
+def test_processor_cuda_matches_cpu(dtype, sides, delta):
+    """Both strategies on CUDA give the same bits; against the CPU, the same bits wherever the bias is
+    exact in the dtype (fp32, or delta 2.0). bf16/fp16 with delta 1.3 (not representable) may differ by
+    one rounding: torch's CUDA and CPU ``add_(alpha=...)`` kernels round the scaled term differently."""
     cfg = LRDWMConfig(key="cuda-proc", delta=delta, sides=sides)
     canvas = _canvas(2, 48, V_LLADA, MASK_LLADA, seed=1)
     scores = torch.randn(2, 48, V_LLADA, generator=torch.Generator().manual_seed(2)).to(dtype)
     cpu = cfg.construct_processor(vocab_size=V_LLADA, mask_token_id=MASK_LLADA)(canvas, scores)
-    # "auto" picks the batched path for CUDA logits: no cache, same bits.
+    # "auto" picks the batched path for CUDA logits: no row cache.
     auto = cfg.construct_processor(vocab_size=V_LLADA, mask_token_id=MASK_LLADA, device="cuda")
     gpu = auto(canvas.cuda(), scores.cuda())
     assert gpu.device.type == "cuda" and gpu.dtype == dtype
-    assert torch.equal(gpu.cpu(), cpu)
     assert len(auto._cache) == 0 and auto.rows_hashed > 0
-    # The cached path on CUDA: same bits, rows cached on the GPU and reused by a second call.
+    # The cached path on CUDA: rows cached on the GPU and reused by a second call; same bits as batched.
     cached = cfg.construct_processor(vocab_size=V_LLADA, mask_token_id=MASK_LLADA, strategy="cached")
-    assert torch.equal(cached(canvas.cuda(), scores.cuda()).cpu(), cpu)
+    first = cached(canvas.cuda(), scores.cuda())
+    assert torch.equal(first, gpu)
     assert len(cached._cache) > 0 and all(row.device.type == "cuda" for row in cached._cache.values())
     hashed = cached.rows_hashed
-    again = cached(canvas.cuda(), scores.cuda())
-    assert cached.rows_hashed == hashed and torch.equal(again.cpu(), cpu)
+    assert torch.equal(cached(canvas.cuda(), scores.cuda()), gpu) and cached.rows_hashed == hashed
+    if dtype == torch.float32 or delta == 2.0:
+        assert torch.equal(gpu.cpu(), cpu)
+    else:
+        # One rounding apart: |gpu - cpu| <= eps * max(|scores|, |cpu|, 2 delta), element by element.
+        # (Seen on an H200: at most 0.0063 in bf16 and 0.00049 in fp16, against bounds >= 0.020 / 0.0025.)
+        diff = (gpu.cpu().float() - cpu.float()).abs()
+        scale = torch.maximum(scores.float().abs(), cpu.float().abs()).clamp(min=2 * delta)
+        assert bool((diff <= torch.finfo(dtype).eps * scale).all()), float((diff / scale).max())
+        touched = (cpu != scores).any(-1)
+        assert torch.equal((gpu.cpu() != scores).any(-1), touched)  # the same positions were biased
 
 
 def test_processor_in_place_on_cuda():

@@ -16,8 +16,10 @@ import torch
 from hf_lrdwm.hashing import (
     HASH_SCHEME,
     candidate_words,
+    context_seeds,
     derive_key,
     green_block,
+    green_from_seeds,
     green_pairs,
     green_probability,
     green_reference,
@@ -258,3 +260,14 @@ def test_green_block_equals_green_rows(gamma):
     for c, v in [(7, 0), (126_000, 5), (V_LLADA - 1, V_LLADA - 1)]:
         row = ctx.tolist().index(c)
         assert bool(block[row, v]) == green_reference(key, c, v, gamma)
+
+
+def test_green_from_seeds_mixes_keys_per_row():
+    key_l, key_r = derive_key("mix", "left"), derive_key("mix", "right")
+    ctx = torch.tensor([3, 99, 3])
+    words = candidate_words(1000)
+    seeds = torch.cat([context_seeds(key_l, ctx[:2]), context_seeds(key_r, ctx[2:])])
+    rows = green_from_seeds(seeds, 0.5, cand_words=words)
+    assert torch.equal(rows[:2], green_rows(key_l, ctx[:2], 0.5, cand_words=words))
+    assert torch.equal(rows[2:], green_rows(key_r, ctx[2:], 0.5, cand_words=words))
+    assert not torch.equal(rows[0], rows[2])  # same context, different key

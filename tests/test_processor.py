@@ -277,3 +277,16 @@ def test_samplers_give_the_same_tokens_with_either_strategy(family):
     )
     assert torch.equal(outs["cached"], outs["batched"])
     assert not torch.equal(outs["cached"], vanilla)  # the watermark changed the output
+
+
+def test_batched_strategy_with_ids_outside_the_vocabulary():
+    """A revealed neighbour whose id is >= V (a prompt from a larger tokenizer) is hashed, not looked up."""
+    cfg = LRDWMConfig(key="big-ids", delta=2.0)
+    canvas = torch.tensor([[V + 5, MASK, MASK, 3], [1, MASK, 2 * V, MASK]])
+    scores = torch.randn(2, 4, V, generator=torch.Generator().manual_seed(1))
+    cached = cfg.construct_processor(vocab_size=V, mask_token_id=MASK, strategy="cached")(canvas, scores)
+    batched = cfg.construct_processor(vocab_size=V, mask_token_id=MASK, strategy="batched")(canvas, scores)
+    assert torch.equal(batched, cached)
+    for v in (0, 17, V - 2):  # the bias at position 1 of row 0 comes from context V + 5
+        added = float(cached[0, 1, v] - scores[0, 1, v])
+        assert added == pytest.approx(2.0 * green_reference(cfg.key_left, V + 5, v, 0.5), abs=1e-5)

@@ -26,6 +26,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -206,6 +207,8 @@ def run_worker(spec: dict, model_cache: dict | None = None) -> dict:
     else:
         if model_cache is not None:
             model_cache.clear()  # one backbone on the device at a time
+            # diffusion_generate is bound to the model (a reference cycle): only the collector frees it.
+            gc.collect()
             if cuda:
                 torch.cuda.empty_cache()
         if backbone == "tiny":
@@ -458,6 +461,22 @@ def markdown(table: list[dict], mem_name: str) -> str:
     return "\n".join(lines)
 
 
+def add_backbone_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--backbone`` and ``--in-process`` (shared with bench_scaling.py)."""
+    parser.add_argument(
+        "--backbone",
+        choices=("tiny", "full"),
+        default="tiny",
+        help="tiny: hidden 64, 2 layers (fp32); full: the 8B-class checkpoint's shape in bf16 (GPU only)",
+    )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every configuration in this process (CUDA only: peak memory is reset per configuration "
+        "with torch.cuda.reset_peak_memory_stats; RSS cannot be separated)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -490,18 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         default="16384",
         help="reduced V for DMARK (0 = skip; 'full': the family's full V, on a GPU with room for the table)",
     )
-    parser.add_argument(
-        "--backbone",
-        choices=("tiny", "full"),
-        default="tiny",
-        help="tiny: hidden 64, 2 layers (fp32); full: the 8B-class checkpoint's shape in bf16 (GPU)",
-    )
-    parser.add_argument(
-        "--in-process",
-        action="store_true",
-        help="run every configuration in this process (CUDA only: peak memory is reset per configuration "
-        "with torch.cuda.reset_peak_memory_stats; RSS cannot be separated)",
-    )
+    add_backbone_arguments(parser)
     parser.add_argument("--dmark-build-vocabs", default="4096,8192,16384")
     parser.add_argument("--gen-length", type=int, default=128)
     parser.add_argument("--steps", type=int, default=128)
@@ -680,6 +688,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": settings,
         "watermark": {"delta": DELTA, "gamma": GAMMA},
         "memory_metric": "torch.cuda.max_memory_allocated" if cuda else "peak RSS (ru_maxrss)",
+        "gc_between_backbones": True,  # in-process: the previous backbone is collected before the next
         "summary": table,
         "dmark_builds": builds,
         "dmark_full_vocab": dmark_full,

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_overhead import _machine, _spawn, run_worker  # noqa: E402
+from bench_overhead import _machine, _spawn, add_backbone_arguments, run_worker  # noqa: E402
 
 LLADA_V = 126_464
 
@@ -47,17 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument(
-        "--backbone",
-        choices=("tiny", "full"),
-        default="tiny",
-        help="tiny: hidden 64, 2 layers; full: LLaDA-8B's shape in bf16 with random weights (GPU only)",
-    )
-    parser.add_argument(
-        "--in-process",
-        action="store_true",
-        help="all runs in this process, peak GPU memory reset per run (CUDA only)",
-    )
+    add_backbone_arguments(parser)
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
     if (args.in_process or args.backbone == "full") and not cuda:

@@ -41,6 +41,19 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def machine_info() -> dict:
+    """Platform, CPU, threads, load and versions of Python and torch (shared with the MarkLLM script)."""
+    return {
+        "platform": platform.platform(),
+        "processor": _cpu_model(),
+        "nproc": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average_1_5_15min": list(os.getloadavg()),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+
+
 def _time(fn, repeats: int) -> list[float]:
     fn()  # warm-up
     times = []
@@ -149,13 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         "vocab_size": V,
         "command": "python scripts/bench_detection.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": {
-            "platform": platform.platform(),
-            "processor": _cpu_model(),
-            "nproc": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "load_average_1_5_15min": list(os.getloadavg()),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
+            **machine_info(),
             "transformers": transformers.__version__,
             "hf_lrdwm": hf_lrdwm.__version__,
             "device": args.device,

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from importlib.metadata import version
@@ -31,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_detection import KGW_BOS, V, _cpu_model, _row, _time  # noqa: E402
+from bench_detection import KGW_BOS, V, _row, _time, machine_info  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,12 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "PYTHONPATH=. python scripts/bench_detection_markllm.py "
         + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": {
-            "processor": _cpu_model(),
-            "nproc": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "load_average_1_5_15min": list(os.getloadavg()),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
+            **machine_info(),
             "markllm": version("markllm"),
             "transformers": version("transformers"),
         },

@@ -151,21 +151,40 @@ class LRDWMLogitsProcessor:
         return found
 
     # -- main entry -----------------------------------------------------------------------------
-    def bias_positions(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def bias_positions(
+        self, input_ids: torch.Tensor, *, left: bool | None = None, right: bool | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Which positions receive a left / right bias: two bool tensors [B, L].
 
         ``left[b, i]``: ``i`` is a mask and ``i - 1`` is revealed; ``right[b, i]``: ``i`` is a mask and
-        ``i + 1`` is revealed. Only the sides enabled in the config are set.
+        ``i + 1`` is revealed. Only the sides enabled in the config are set (``left`` / ``right``
+        override that choice).
         """
+        use_left = self.config.use_left if left is None else left
+        use_right = self.config.use_right if right is None else right
         mask = input_ids == self.mask_token_id
         revealed = ~mask
-        left = torch.zeros_like(mask)
-        right = torch.zeros_like(mask)
-        if self.config.use_left:
-            left[:, 1:] = mask[:, 1:] & revealed[:, :-1]
-        if self.config.use_right:
-            right[:, :-1] = mask[:, :-1] & revealed[:, 1:]
-        return left, right
+        left_m = torch.zeros_like(mask)
+        right_m = torch.zeros_like(mask)
+        if use_left:
+            left_m[:, 1:] = mask[:, 1:] & revealed[:, :-1]
+        if use_right:
+            right_m[:, :-1] = mask[:, :-1] & revealed[:, 1:]
+        return left_m, right_m
+
+    def _frontier(
+        self, input_ids: torch.Tensor, *, left: bool | None = None, right: bool | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """The positions that get any bias, as 1-D tensors ``(b, i, has_left, has_right, ctx_left,
+        ctx_right)`` (``ctx_*`` is a clamped neighbour where ``has_*`` is false). One ``nonzero``: the
+        call's device -> host synchronisation."""
+        left_m, right_m = self.bias_positions(input_ids, left=left, right=right)
+        positions = torch.nonzero(left_m | right_m)  # [N, 2]
+        b, i = positions[:, 0], positions[:, 1]
+        L = input_ids.shape[1]
+        ctx_left = input_ids[b, (i - 1).clamp(min=0)]
+        ctx_right = input_ids[b, (i + 1).clamp(max=L - 1)]
+        return b, i, left_m[b, i], right_m[b, i], ctx_left, ctx_right
 
     def _check(self, input_ids: torch.Tensor, scores: torch.Tensor) -> None:
         if not isinstance(input_ids, torch.Tensor) or not isinstance(scores, torch.Tensor):
@@ -211,23 +230,18 @@ class LRDWMLogitsProcessor:
         if delta == 0.0:
             return out
         input_ids = input_ids.to(scores.device)
-        left, right = self.bias_positions(input_ids)
+        frontier = self._frontier(input_ids)
+        if frontier[0].numel() == 0:
+            self._cache.clear()
+            return out
         strategy = self.strategy
         if strategy == "auto":
             strategy = "cached" if scores.device.type == "cpu" else "batched"
         if strategy == "batched":
-            self._add_batched(input_ids, out, left, right, delta)
+            self._add_batched(frontier, out, delta)
             return out
-        positions = torch.nonzero(left | right)  # [N, 2]
-        if positions.numel() == 0:
-            self._cache.clear()
-            return out
-        b_idx, i_idx = positions[:, 0], positions[:, 1]
+        b_idx, i_idx, has_left, has_right, ctx_left, ctx_right = frontier
         L = input_ids.shape[1]
-        has_left = left[b_idx, i_idx]
-        has_right = right[b_idx, i_idx]
-        ctx_left = input_ids[b_idx, (i_idx - 1).clamp(min=0)]
-        ctx_right = input_ids[b_idx, (i_idx + 1).clamp(max=L - 1)]
         # One device -> host transfer for all the bookkeeping of this step.
         host = torch.stack([b_idx, i_idx, has_left.long(), has_right.long(), ctx_left, ctx_right]).tolist()
         bs, is_, hl, hr, cl, cr = host
@@ -257,33 +271,22 @@ class LRDWMLogitsProcessor:
             )
         return self._seeds
 
-    def _add_batched(
-        self,
-        input_ids: torch.Tensor,
-        out: torch.Tensor,
-        left: torch.Tensor,
-        right: torch.Tensor,
-        delta: float,
-    ) -> None:
+    def _add_batched(self, frontier: tuple[torch.Tensor, ...], out: torch.Tensor, delta: float) -> None:
         """The ``"batched"`` strategy: a fixed handful of kernels per batch of positions, no Python loop
         over positions. Seeds come from a per-key table (one gather), both sides are hashed in one block."""
         self._cache.clear()
-        positions = torch.nonzero(left | right)  # [N, 2]; the call's synchronisation
-        n = positions.shape[0]
-        if n == 0:
-            return
-        b_idx, i_idx = positions[:, 0], positions[:, 1]
-        L, V = input_ids.shape[1], self.vocab_size
+        b_idx, i_idx, has_left, has_right, ctx_left, ctx_right = frontier
+        n, V = b_idx.shape[0], self.vocab_size
         cfg = self.config
         sides, has, ctxs = [], [], []
         if cfg.use_left:
             sides.append(_LEFT)
-            has.append(left[b_idx, i_idx])
-            ctxs.append(input_ids[b_idx, (i_idx - 1).clamp(min=0)])
+            has.append(has_left)
+            ctxs.append(ctx_left)
         if cfg.use_right:
             sides.append(_RIGHT)
-            has.append(right[b_idx, i_idx])
-            ctxs.append(input_ids[b_idx, (i_idx + 1).clamp(max=L - 1)])
+            has.append(has_right)
+            ctxs.append(ctx_right)
         ctx = torch.stack(ctxs)  # [S, N]
         has_s = torch.stack(has)  # [S, N]
         if bool(((ctx >= 0) & (ctx < V)).all()):  # the usual case: one gather from the seed table

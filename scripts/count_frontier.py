@@ -32,8 +32,8 @@ def count(family: str) -> list[int]:
     counts: list[int] = []
     positions = proc.bias_positions
 
-    def counted(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        left, right = positions(ids)
+    def counted(ids: torch.Tensor, **sides: bool | None) -> tuple[torch.Tensor, torch.Tensor]:
+        left, right = positions(ids, **sides)
         counts.append(int((left | right).sum()))
         return left, right
 

@@ -39,27 +39,6 @@ class BaselineProcessor(LRDWMLogitsProcessor):
         self._check(input_ids, scores)
         return scores if self.in_place else scores.clone()
 
-    def _frontier(self, input_ids: torch.Tensor, left: bool, right: bool) -> tuple[torch.Tensor, ...]:
-        """Masked positions with a revealed left / right neighbour.
-
-        Returns ``(b, i, has_left, has_right, ctx_left, ctx_right)`` as 1-D tensors over the positions
-        that get any bias (``ctx_*`` is clamped garbage where ``has_*`` is false).
-        """
-        mask = input_ids == self.mask_token_id
-        revealed = ~mask
-        has_l = torch.zeros_like(mask)
-        has_r = torch.zeros_like(mask)
-        if left:
-            has_l[:, 1:] = mask[:, 1:] & revealed[:, :-1]
-        if right:
-            has_r[:, :-1] = mask[:, :-1] & revealed[:, 1:]
-        pos = torch.nonzero(has_l | has_r)
-        b, i = pos[:, 0], pos[:, 1]
-        L = input_ids.shape[1]
-        ctx_l = input_ids[b, (i - 1).clamp(min=0)]
-        ctx_r = input_ids[b, (i + 1).clamp(max=L - 1)]
-        return b, i, has_l[b, i], has_r[b, i], ctx_l, ctx_r
-
     def reset(self) -> None:
         """Nothing is cached between calls by default."""
 

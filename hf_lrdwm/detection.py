@@ -335,17 +335,15 @@ class LRDWMDetector:
         """:meth:`_check_ids` on a flat int64 tensor (same checks, same messages)."""
         if ids.numel() == 0:
             return
-        lo, hi = int(ids.min()), int(ids.max())
-        if lo < 0:
-            raise ValueError(f"token ids must be >= 0, got {lo}")
-        if self.vocab_size is not None and hi >= self.vocab_size:
-            raise ValueError(f"token id {hi} is outside the vocabulary (vocab_size={self.vocab_size})")
-        if hi >= 1 << 40:
-            raise ValueError(f"token id {hi} is too large to be a token id")
+        self._check_range(int(ids.min()), int(ids.max()))
 
     def _check_ids(self, seqs: list[list[int]]) -> None:
         lo = min((min(s) for s in seqs if s), default=0)
         hi = max((max(s) for s in seqs if s), default=0)
+        self._check_range(lo, hi)
+
+    def _check_range(self, lo: int, hi: int) -> None:
+        """The smallest and largest id of the input: >= 0, inside the vocabulary, a plausible id."""
         if lo < 0:
             raise ValueError(f"token ids must be >= 0, got {lo}")
         if self.vocab_size is not None and hi >= self.vocab_size:

@@ -48,10 +48,10 @@ class LRDWMLogitsProcessor:
             current frontier; each row is hashed once while its token stays on the frontier.
         strategy: how the bias is computed; every strategy gives bit-identical logits.
             ``"cached"``: rows hashed one at a time and cached between calls, biases added position by
-            position (hashing a row is the expensive part on a CPU: ~0.4 ms at V = 126k).
+            position (hashing a row, O(V) integer work, is the expensive part on a CPU).
             ``"batched"``: no cache and no per-position Python loop: context seeds come from a [2, V]
             per-key table, the rows of up to 16 positions (both sides) are hashed and added in one go,
-            about 25 kernels per batch and one device -> host synchronisation per call (on a GPU,
+            about 25 kernels per batch and two small device -> host synchronisations per call (on a GPU,
             hashing is nearly free and kernel launches are what cost).
             ``"auto"`` (default): ``"cached"`` for CPU logits, ``"batched"`` for any other device.
 
@@ -176,8 +176,8 @@ class LRDWMLogitsProcessor:
         self, input_ids: torch.Tensor, *, left: bool | None = None, right: bool | None = None
     ) -> tuple[torch.Tensor, ...]:
         """The positions that get any bias, as 1-D tensors ``(b, i, has_left, has_right, ctx_left,
-        ctx_right)`` (``ctx_*`` is a clamped neighbour where ``has_*`` is false). One ``nonzero``: the
-        call's device -> host synchronisation."""
+        ctx_right)`` (``ctx_*`` is a clamped neighbour where ``has_*`` is false). Its ``nonzero`` is a
+        device -> host synchronisation."""
         left_m, right_m = self.bias_positions(input_ids, left=left, right=right)
         positions = torch.nonzero(left_m | right_m)  # [N, 2]
         b, i = positions[:, 0], positions[:, 1]
@@ -289,6 +289,7 @@ class LRDWMLogitsProcessor:
             ctxs.append(ctx_right)
         ctx = torch.stack(ctxs)  # [S, N]
         has_s = torch.stack(has)  # [S, N]
+        # A second (cheap: the queue is empty by now) synchronisation: are all contexts inside V?
         if bool(((ctx >= 0) & (ctx < V)).all()):  # the usual case: one gather from the seed table
             seeds = self._seed_table(out.device)[torch.tensor(sides, device=out.device)[:, None], ctx]
         else:  # ids outside the vocabulary (a prompt from a larger tokenizer): hash them directly

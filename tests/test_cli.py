@@ -10,10 +10,10 @@ import sys
 import pytest
 import torch
 from tiny_tokenizers import fast_tokenizer
+from watermarked import greedy_watermarked_ids
 
 from hf_lrdwm import LRDWMConfig, LRDWMDetector
 from hf_lrdwm.cli import KEY_ENV, build_parser, main
-from hf_lrdwm.hashing import green_pairs
 
 KEY = "cli-test-SECRET-key-8c1f"
 SENTENCES = [
@@ -68,21 +68,6 @@ def _long_text(i):
     return " ".join(SENTENCES[(i + k) % len(SENTENCES)] for k in range(3))
 
 
-def _watermarked_ids(cfg, vocab, n, seed, low=2):
-    """Greedy ids whose every token is green for both neighbours (what a strong watermark gives)."""
-    gen = torch.Generator().manual_seed(seed)
-    cands = torch.arange(low, vocab)
-    ids = [int(torch.randint(low, vocab, (1,), generator=gen))]
-    while len(ids) < n:
-        prev = torch.full_like(cands, ids[-1])
-        ok = green_pairs(cfg.key_left, prev, cands, cfg.gamma) & green_pairs(
-            cfg.key_right, cands, prev, cfg.gamma
-        )
-        choices = cands[ok]
-        ids.append(int(choices[torch.randint(len(choices), (1,), generator=gen)]))
-    return ids
-
-
 # ----------------------------------------------------------------------------------------------
 # detect: inputs and outputs
 # ----------------------------------------------------------------------------------------------
@@ -135,7 +120,7 @@ def test_detect_ids_field_without_tokenizer_and_env_key(tmp_path, capsys, monkey
     monkeypatch.setenv(KEY_ENV, KEY)
     cfg = LRDWMConfig(key=KEY)
     vocab = 1000
-    marked = [_watermarked_ids(cfg, vocab, 80, seed) for seed in range(3)]
+    marked = [greedy_watermarked_ids(cfg, vocab, 80, seed) for seed in range(3)]
     gen = torch.Generator().manual_seed(0)
     plain = torch.randint(0, vocab, (3, 80), generator=gen).tolist()
     seqs = [marked[0], plain[0], marked[1], plain[1], marked[2], plain[2]]
@@ -155,7 +140,7 @@ def test_detect_ids_field_without_tokenizer_and_env_key(tmp_path, capsys, monkey
 
 def test_detect_ids_with_tokenizer_ignores_special_ids(tmp_path, capsys, tok_dir, tokenizer):
     cfg = LRDWMConfig(key=KEY, sides="left")
-    ids = _watermarked_ids(cfg, len(tokenizer), 50, seed=5) + [tokenizer.eos_token_id] * 10
+    ids = greedy_watermarked_ids(cfg, len(tokenizer), 50, seed=5) + [tokenizer.eos_token_id] * 10
     inp = _write_jsonl(tmp_path / "ids.jsonl", [{"ids": ids}])
     argv = ["detect", "--key", KEY, "--sides", "left", "--tokenizer", tok_dir, "--ids-field", "ids"]
     rc, out, err = _run(capsys, [*argv, "--input", inp])
@@ -310,7 +295,7 @@ def test_empty_env_key_is_missing(tmp_path, capsys, monkeypatch, tok_dir):
 # ----------------------------------------------------------------------------------------------
 def test_module_entry_point_subprocess(tmp_path):
     cfg = LRDWMConfig(key=KEY)
-    marked = _watermarked_ids(cfg, 500, 60, seed=9)
+    marked = greedy_watermarked_ids(cfg, 500, 60, seed=9)
     plain = torch.randint(0, 500, (60,), generator=torch.Generator().manual_seed(9)).tolist()
     stdin = "".join(json.dumps({"input_ids": s}) + "\n" for s in (marked, plain))
     env = {**os.environ, KEY_ENV: KEY, "HF_HUB_OFFLINE": "1"}

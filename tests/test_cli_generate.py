@@ -169,12 +169,7 @@ def write_checkpoint(directory: Path, family: str, *, tokenizer: bool = True) ->
     return directory
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+ONE_THREAD = True  # conftest.py runs this module on one torch thread (tiny tensors)
 
 
 @pytest.fixture(autouse=True)

@@ -53,13 +53,7 @@ def tiny_qwen2(
     return model.to(dtype)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one thread (and do not fight other processes for the cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+ONE_THREAD = True  # conftest.py runs this module on one torch thread (tiny tensors)
 
 
 @pytest.fixture(scope="module")

@@ -24,13 +24,7 @@ from hf_lrdwm.hashing import green_rows
 LLADA_VOCAB, LLADA_MASK, LLADA_EOS, LLADA_EOT = 126464, 126336, 126081, 126348
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny tensors: one intra-op thread is faster and avoids oversubscription on shared CI cores.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+ONE_THREAD = True  # conftest.py runs this module on one torch thread (tiny tensors)
 
 
 def make_model(vocab=256, hidden=32, layers=1, *, seed=0, dtype=torch.float32, ids=True, **extra):

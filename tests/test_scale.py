@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import torch
 from tiny_tokenizers import fast_tokenizer
+from watermarked import greedy_watermarked_ids
 
 from hf_lrdwm import LRDWMConfig, LRDWMDetector
 from hf_lrdwm.cli import KEY_ENV, _read_records, main
-from hf_lrdwm.hashing import green_pairs
 from hf_lrdwm.scale import AVAILABLE_COLUMNS, detect_dataset
 
 KEY = "scale-test-SECRET-key-0b7e"
@@ -48,21 +48,6 @@ def _texts(n, seed=0):
 @pytest.fixture(scope="module")
 def tokenizer():
     return fast_tokenizer(_texts(200, seed=1), vocab_size=500)
-
-
-def _watermarked_ids(cfg, vocab, n, seed):
-    """Ids whose every token is green for both neighbours (what a strong watermark gives)."""
-    gen = torch.Generator().manual_seed(seed)
-    cands = torch.arange(2, vocab)
-    ids = [int(torch.randint(2, vocab, (1,), generator=gen))]
-    while len(ids) < n:
-        prev = torch.full_like(cands, ids[-1])
-        ok = green_pairs(cfg.key_left, prev, cands, cfg.gamma) & green_pairs(
-            cfg.key_right, cands, prev, cfg.gamma
-        )
-        choices = cands[ok]
-        ids.append(int(choices[torch.randint(len(choices), (1,), generator=gen)]))
-    return ids
 
 
 def _assert_same(scored, direct, prefix="wm_"):
@@ -113,7 +98,7 @@ def test_num_proc_2_ids_column_finds_the_watermark_calibrated():
     vocab = 1000
     gen = torch.Generator().manual_seed(5)
     human = torch.randint(0, vocab, (30, 80), generator=gen).tolist()
-    marked = [_watermarked_ids(cfg, vocab, 80, seed) for seed in range(4)]
+    marked = [greedy_watermarked_ids(cfg, vocab, 80, seed) for seed in range(4)]
     rows = [*marked, *human[:12]]
     ds = datasets.Dataset.from_dict({"input_ids": rows})
     det = LRDWMDetector(cfg, vocab_size=vocab, fpr=0.05)
